@@ -1,0 +1,70 @@
+"""The app factory: `create_app(settings)` is the only place the server is assembled."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from litestar import Litestar, Router
+from litestar.di import Provide
+
+from api.auth import api_key_guard
+from api.errors import EXCEPTION_HANDLERS
+from api.routes.chat import create_chat_completion
+from api.routes.models import list_models, retrieve_model
+from api.routes.ops import health, metrics
+from api.settings import Settings
+from api.state import AppState, build_state
+
+logger = logging.getLogger(__name__)
+
+
+class _StateSlot:
+    """Holds the state the lifespan builds; handlers reach it only through the providers below."""
+
+    def __init__(self) -> None:
+        self._state: AppState | None = None
+
+    def set(self, state: AppState | None) -> None:
+        self._state = state
+
+    def get(self) -> AppState:
+        if self._state is None:
+            raise RuntimeError("the application is not started")
+        return self._state
+
+    def provider(self, pick: Callable[[AppState], Any]) -> Provide:
+        return Provide(lambda: pick(self.get()), sync_to_thread=False)
+
+
+def create_app(settings: Settings, api_key: str, on_ready: Callable[[AppState], None] | None = None) -> Litestar:
+    slot = _StateSlot()
+
+    @asynccontextmanager
+    async def lifespan(_: Litestar) -> AsyncIterator[None]:
+        async with build_state(settings, api_key) as state:
+            slot.set(state)
+            if on_ready is not None:
+                on_ready(state)
+            try:
+                yield
+            finally:
+                slot.set(None)
+
+    api = Router(path="/", route_handlers=[create_chat_completion, list_models, retrieve_model],
+                 guards=[api_key_guard(api_key)])
+    return Litestar(
+        route_handlers=[api, health, metrics],
+        lifespan=[lifespan],
+        dependencies={
+            "chat": slot.provider(lambda s: s.chat),
+            "pools": slot.provider(lambda s: s.pools),
+            "server_metrics": slot.provider(lambda s: s.metrics),
+        },
+        exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
+        request_max_body_size=settings.max_body_bytes,
+        openapi_config=None,
+        logging_config=None,
+    )

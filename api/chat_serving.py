@@ -1,0 +1,156 @@
+"""Chat completion orchestration: resolve the pool, ingest media, run the engine, count usage."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from api.errors import InvalidRequest, ModelNotFound, ServiceUnavailable
+from api.metrics import ServerMetrics, modality_mix
+from api.protocol import ChatCompletionRequest, PromptTokensDetails, Usage
+from api.settings import Settings
+from api.usage_log import UsageLog
+from serving.engine import EngineDelta, EngineRequest, GenerationParams
+from serving.ingest import MediaIngest, plan_messages
+from serving.pools import ModelPool, PoolRegistry
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Generation:
+    """One request on its way through the engine, accumulating what usage and metrics need."""
+
+    request_id: str
+    created: int
+    pool: ModelPool
+    engine_request: EngineRequest
+    modalities: set[str]
+    started: float
+    prompt_token_ids: list[int] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)
+    num_cached_tokens: int = 0
+    first_token_at: float | None = None
+    last_token_at: float | None = None
+    finish_reason: str | None = None
+
+    def usage(self) -> Usage:
+        media = self.pool.count_media_tokens(self.prompt_token_ids)
+        image, audio = media.get("image", 0), media.get("audio", 0)
+        prompt = len(self.prompt_token_ids)
+        details = PromptTokensDetails(cached_tokens=self.num_cached_tokens, text_tokens=prompt - image - audio,
+                                      image_tokens=image, audio_tokens=audio)
+        completion = len(self.token_ids)
+        return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion,
+                     prompt_tokens_details=details)
+
+
+class ChatService:
+    def __init__(self, settings: Settings, pools: PoolRegistry, ingest: MediaIngest, metrics: ServerMetrics,
+                 usage_log: UsageLog) -> None:
+        self._settings = settings
+        self._pools = pools
+        self._ingest = ingest
+        self._metrics = metrics
+        self._usage_log = usage_log
+
+    async def prepare(self, req: ChatCompletionRequest, started: float) -> Generation:
+        pool = self._pools.get(req.model)
+        if pool is None:
+            names = ", ".join(p.name for p in self._pools.pools)
+            raise ModelNotFound(f"the model '{req.model}' does not exist; available: {names}", param="model")
+        if req.n != 1:
+            raise InvalidRequest("only n=1 is supported; send parallel requests for more choices",
+                                 param="n", code="unsupported_parameter")
+        plan = plan_messages(req.messages, max_images=self._settings.max_images_per_request)
+        missing = plan.modalities - set(pool.modalities)
+        if missing:
+            raise InvalidRequest(f"the model '{pool.name}' does not accept {', '.join(sorted(missing))} input; "
+                                 f"it accepts {', '.join(pool.modalities)}", param="model",
+                                 code="unsupported_modality")
+        if not pool.engine.is_healthy():
+            raise ServiceUnavailable(f"the engine of model '{pool.name}' is not running", retry_after_s=10)
+        prepared = await self._ingest.load(plan)
+        prompt = pool.render_prompt(prepared.messages)
+        params = GenerationParams(
+            max_tokens=req.completion_limit() or self._settings.default_max_tokens,
+            temperature=req.temperature, top_p=req.top_p, top_k=req.top_k, seed=req.seed,
+            stop=tuple(req.stop_list()), presence_penalty=req.presence_penalty,
+            frequency_penalty=req.frequency_penalty, repetition_penalty=req.repetition_penalty,
+            min_tokens=req.min_tokens, ignore_eos=req.ignore_eos,
+        )
+        request_id = f"chatcmpl-{uuid.uuid4().hex}"
+        engine_request = EngineRequest(
+            request_id=request_id, prompt=prompt,
+            images=[img.image for img in prepared.images],
+            audios=[(a.samples, a.sample_rate) for a in prepared.audios],
+            params=params,
+        )
+        return Generation(request_id, int(time.time()), pool, engine_request, plan.modalities, started)
+
+    async def run(self, gen: Generation) -> AsyncIterator[EngineDelta]:
+        """Drive the engine; on every exit the engine request is finished or aborted and usage is logged."""
+        status = "failed"
+        try:
+            async for delta in gen.pool.engine.generate(gen.engine_request):
+                self._observe(gen, delta)
+                yield delta
+            status = "completed"
+        except (GeneratorExit, asyncio.CancelledError):
+            status = "cancelled"
+            raise
+        finally:
+            if gen.finish_reason is None:
+                self._usage_log.spawn(gen.pool.engine.abort(gen.request_id))
+            self._finish(gen, status)
+
+    def _observe(self, gen: Generation, delta: EngineDelta) -> None:
+        now = time.monotonic()
+        if delta.prompt_token_ids:
+            gen.prompt_token_ids = delta.prompt_token_ids
+        gen.num_cached_tokens = max(gen.num_cached_tokens, delta.num_cached_tokens)
+        if delta.token_ids:
+            model = gen.pool.name
+            if gen.first_token_at is None:
+                gen.first_token_at = now
+                self._metrics.ttft.labels(model).observe(now - gen.started)
+            elif gen.last_token_at is not None:
+                gap = (now - gen.last_token_at) / len(delta.token_ids)
+                for _ in delta.token_ids:
+                    self._metrics.itl.labels(model).observe(gap)
+            gen.last_token_at = now
+            gen.token_ids.extend(delta.token_ids)
+        if delta.finish_reason is not None:
+            gen.finish_reason = delta.finish_reason
+
+    def _finish(self, gen: Generation, status: str) -> None:
+        model = gen.pool.name
+        now = time.monotonic()
+        usage = gen.usage()
+        self._metrics.e2e.labels(model).observe(now - gen.started)
+        self._metrics.requests.labels(model, modality_mix(gen.modalities), status).inc()
+        details = usage.prompt_tokens_details
+        for modality, count in (("text", details.text_tokens), ("image", details.image_tokens),
+                                ("audio", details.audio_tokens)):
+            if count:
+                self._metrics.prompt_tokens.labels(model, modality).inc(count)
+        self._metrics.completion_tokens.labels(model).inc(usage.completion_tokens)
+        ttft_ms = None if gen.first_token_at is None else int((gen.first_token_at - gen.started) * 1000)
+        self._usage_log.record(gen.request_id, model, gen.modalities, usage, status, ttft_ms,
+                               int((now - gen.started) * 1000))
+
+
+def finish_reason(reason: str | None) -> str | None:
+    """vLLM's reasons mapped onto OpenAI's vocabulary."""
+    if reason == "abort":
+        return "stop"
+    return reason
+
+
+def response_extras(req: ChatCompletionRequest, gen: Generation) -> dict[str, Any]:
+    return {"prompt_token_ids": gen.prompt_token_ids} if req.return_token_ids else {}

@@ -1,0 +1,112 @@
+"""The `tessera` command: `serve` (the embedded default with no arguments) and `models build-demo`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from api.settings import Settings
+
+
+def _serve_parser(sub: Any) -> None:
+    p = sub.add_parser("serve", help="Serve the OpenAI-compatible API (embedded default without arguments).")
+    p.add_argument("--host", help="Address to listen on (TESSERA_HOST, default 127.0.0.1).")
+    p.add_argument("--port", type=int, help="Port (TESSERA_PORT, default 8000).")
+    p.add_argument("--data-dir", type=Path, help="SQLite file and demo checkpoints (TESSERA_DATA_DIR).")
+    p.add_argument("--database-url", help="SQLAlchemy URL (TESSERA_DATABASE_URL); default SQLite in data dir.")
+    p.add_argument("--pool", action="append", default=[], metavar="NAME=PATH",
+                   help="Point a pool at a checkpoint directory, e.g. --pool large=/models/Qwen2.5-Omni-7B. "
+                        "A new NAME adds a pool.")
+    p.add_argument("--dtype", help="Weights dtype for every pool (default float32).")
+    p.add_argument("--max-model-len", type=int, help="Context length for every pool.")
+    p.add_argument("--tensor-parallel-size", type=int, help="Tensor parallelism for every pool (GPU).")
+    p.add_argument("--gpu-memory-utilization", type=float, help="GPU memory fraction for every pool (GPU).")
+    p.add_argument("--kv-cache-gib", type=float, help="KV cache GiB for every pool (CPU).")
+    p.add_argument("--no-enforce-eager", action="store_true", help="Allow graph compilation (slower start).")
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    overrides = {k: getattr(args, k) for k in ("host", "port", "data_dir", "database_url") if getattr(args, k)}
+    settings = Settings(**overrides)
+    pools = {p.name: p for p in settings.pools}
+    for entry in args.pool:
+        name, sep, path = entry.partition("=")
+        if not sep or not name or not path:
+            raise SystemExit(f"--pool expects NAME=PATH, got {entry!r}")
+        pool = pools.get(name)
+        if pool is None:
+            pool = type(settings.pools[0])(name=name)
+            settings.pools.append(pool)
+            pools[name] = pool
+        pool.model = path
+    for pool in settings.pools:
+        for flag in ("dtype", "max_model_len", "tensor_parallel_size", "gpu_memory_utilization", "kv_cache_gib"):
+            value = getattr(args, flag)
+            if value is not None:
+                setattr(pool, flag, value)
+        if args.no_enforce_eager:
+            pool.enforce_eager = False
+    return settings
+
+
+def _configure_logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    for noisy in ("httpx", "vllm", "transformers"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def serve(settings: Settings) -> None:
+    import uvicorn
+
+    from api.app import create_app
+    from api.state import AppState, resolve_api_key
+
+    key, generated = resolve_api_key(settings)
+
+    def announce(state: AppState) -> None:
+        url = f"http://{settings.host}:{settings.port}/v1"
+        models = ", ".join(f"{p.name} ({'+'.join(p.modalities)})" for p in state.pools.pools)
+        print(f"\nTessera is serving {models}\n  base_url: {url}", flush=True)
+        print(f"  api key:  {key}" + ("  (generated; set TESSERA_API_KEY to fix one)" if generated else ""),
+              flush=True)
+
+    app = create_app(settings, key, on_ready=announce)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level.lower(),
+                lifespan="on", timeout_graceful_shutdown=10)
+
+
+def build_demo(args: argparse.Namespace) -> None:
+    from serving.demo_models import DEMO_SPECS, build_demo_checkpoints
+
+    settings = Settings(**({"data_dir": args.data_dir} if args.data_dir else {}))
+    root = settings.demo_dir()
+    paths = build_demo_checkpoints(root, args.names or None, force=args.force)
+    for name, path in paths.items():
+        print(f"{name}: {path}\n  {DEMO_SPECS[name].description}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="tessera", description="Tessera: OpenAI-compatible multimodal server.")
+    sub = parser.add_subparsers(dest="command")
+    _serve_parser(sub)
+    models = sub.add_parser("models", help="Manage checkpoints.").add_subparsers(dest="models_command",
+                                                                                   required=True)
+    demo = models.add_parser("build-demo", help="Build the demo checkpoints offline (seeded, deterministic).")
+    demo.add_argument("names", nargs="*", help="Which demo checkpoints (default: all).")
+    demo.add_argument("--force", action="store_true", help="Rebuild even if present.")
+    demo.add_argument("--data-dir", type=Path, help="Data directory (TESSERA_DATA_DIR, default .tessera).")
+    args = parser.parse_args(argv)
+    command = args.command or "serve"
+    if command == "serve":
+        if args.command is None:
+            args = parser.parse_args(["serve"])
+        settings = settings_from_args(args)
+        _configure_logging(settings.log_level)
+        serve(settings)
+    elif command == "models":
+        _configure_logging("INFO")
+        build_demo(args)

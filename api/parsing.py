@@ -1,0 +1,59 @@
+"""Parses request bodies into wire structs, naming the offending `param` on every error."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from api.errors import InvalidRequest
+from api.protocol import ChatCompletionRequest
+
+logger = logging.getLogger(__name__)
+
+
+def _param_path(loc: tuple[Any, ...]) -> str:
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif str(part) in ("str", "list[ContentPart]", "function-after[...]") or "[" in str(part):
+            continue  # pydantic's union-branch labels are not part of the client's path
+        else:
+            path += f".{part}" if path else str(part)
+    return path
+
+
+def _unknown_fields(model: BaseModel, prefix: str = "") -> list[str]:
+    found = [f"{prefix}{key}" for key in (model.model_extra or {})]
+    for name in type(model).model_fields:
+        value = getattr(model, name)
+        children = value if isinstance(value, list) else [value]
+        for i, child in enumerate(children):
+            if isinstance(child, BaseModel):
+                index = f"[{i}]" if isinstance(value, list) else ""
+                found.extend(_unknown_fields(child, f"{prefix}{name}{index}."))
+    return found
+
+
+def parse_chat_request(body: bytes) -> ChatCompletionRequest:
+    try:
+        data = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidRequest(f"the body is not valid JSON: {exc}", code="invalid_json") from exc
+    if not isinstance(data, dict):
+        raise InvalidRequest("the body must be a JSON object", code="invalid_json")
+    try:
+        req = ChatCompletionRequest.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        param = _param_path(tuple(first["loc"])) or None
+        raise InvalidRequest(f"invalid value for {param or 'the request'}: {first['msg']}",
+                             param=param, code="invalid_value" if first["type"] != "missing" else "missing_field"
+                             ) from exc
+    unknown = _unknown_fields(req)
+    if unknown:
+        logger.info("accepted unknown request fields: %s", ", ".join(sorted(unknown)))
+    return req

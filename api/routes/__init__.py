@@ -1,0 +1,1 @@
+"""HTTP routes: thin controllers that parse, authorize and call the serving layer."""

@@ -1,0 +1,72 @@
+"""Typed settings for the whole server, read from `TESSERA_*` environment variables and CLI flags."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+Modality = Literal["text", "image", "audio"]
+
+
+class PoolSettings(BaseModel):
+    """One model pool: a checkpoint served by one vLLM engine."""
+
+    name: str = Field(description="Pool name clients send as `model`, e.g. `small` or `large`.")
+    model: str | None = Field(
+        default=None, description="Checkpoint directory. Unset: the embedded demo checkpoint named after the pool."
+    )
+    aliases: list[str] = Field(default_factory=list, description="Other names that select this pool.")
+    dtype: str = Field(default="float32", description="Weights dtype passed to vLLM (`float32` is exact on CPU).")
+    max_model_len: int = Field(default=4096, description="Context length the engine is started with.")
+    tensor_parallel_size: int = Field(default=1, description="Tensor parallelism (GPU machines).")
+    gpu_memory_utilization: float = Field(default=0.9, description="Fraction of GPU memory vLLM may use (GPU only).")
+    kv_cache_gib: float = Field(default=1.0, description="KV cache size on CPU, in GiB.")
+    enforce_eager: bool = Field(default=True, description="Skip graph compilation: much faster start-up on CPU.")
+    cpu_threads: int = Field(default=1, description="Compute threads of this pool's engine process on CPU.")
+    max_num_seqs: int = Field(default=32, description="Most sequences the engine batches at once.")
+
+
+def _default_pools() -> list[PoolSettings]:
+    return [PoolSettings(name="small", aliases=["8b"]), PoolSettings(name="large", aliases=["70b"])]
+
+
+class Settings(BaseSettings):
+    """Every knob of the server. Environment: `TESSERA_<FIELD>`; nested pools as JSON in `TESSERA_POOLS`."""
+
+    model_config = SettingsConfigDict(env_prefix="TESSERA_", env_nested_delimiter="__", extra="ignore")
+
+    host: str = Field(default="127.0.0.1", description="Address to listen on.")
+    port: int = Field(default=8000, description="Port to listen on.")
+    data_dir: Path = Field(default=Path(".tessera"), description="Where the SQLite file and demo checkpoints live.")
+    database_url: str | None = Field(
+        default=None, description="SQLAlchemy URL. Unset: a SQLite file `tessera.db` in `data_dir`."
+    )
+    api_key: str | None = Field(
+        default=None, description="Static bearer key guarding the API. Unset: one is generated and printed."
+    )
+    pools: list[PoolSettings] = Field(default_factory=_default_pools, description="Model pools to serve.")
+    build_demo_models: bool = Field(default=True, description="Build missing demo checkpoints at start-up.")
+
+    max_body_bytes: int = Field(default=32 * 1024 * 1024, description="Largest request body accepted (413 above).")
+    max_images_per_request: int = Field(default=8, description="Most `image_url` parts in one request.")
+    max_image_pixels: int = Field(default=40_000_000, description="Decoded pixel limit; larger images are refused.")
+    max_audio_seconds: float = Field(default=30.0, description="Longest audio clip accepted.")
+    media_workers: int = Field(default=2, description="Threads that decode media, off the event loop.")
+    fetch_timeout_s: float = Field(default=10.0, description="Timeout for fetching an http(s) image URL.")
+    fetch_max_bytes: int = Field(default=20 * 1024 * 1024, description="Byte cap for a fetched image.")
+    fetch_max_redirects: int = Field(default=3, description="Redirects followed when fetching an image URL.")
+    fetch_allow_hosts: list[str] = Field(
+        default_factory=list,
+        description="Hosts or CIDRs that may be fetched although private, loopback or link-local.",
+    )
+    default_max_tokens: int = Field(default=256, description="Completion length when the client sets none.")
+    log_level: str = Field(default="INFO", description="Log level of the server.")
+
+    def resolved_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{(self.data_dir / 'tessera.db').resolve()}"
+
+    def demo_dir(self) -> Path:
+        return self.data_dir / "models"

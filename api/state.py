@@ -1,0 +1,132 @@
+"""The typed application state: everything the lifespan builds, handed to handlers by dependency injection."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from sqlalchemy import Engine
+
+from api.chat_serving import ChatService
+from api.metrics import ServerMetrics
+from api.settings import PoolSettings, Settings
+from api.usage_log import UsageLog
+from db.session import make_engine, upgrade
+from serving.demo_models import DEMO_SPECS, build_demo_checkpoints
+from serving.engine import EngineClient, EngineSpec, VllmEngine
+from serving.ingest import MediaIngest
+from serving.media.audio import AudioLoader
+from serving.media.fetch import FetchPolicy, MediaFetcher
+from serving.media.images import ImageLoader
+from serving.pools import ModelPool, PoolRegistry
+
+logger = logging.getLogger(__name__)
+
+AUDIO_SAMPLE_RATE = 16_000  # the Whisper-style feature extractors of the supported audio towers
+
+
+@dataclass
+class AppState:
+    settings: Settings
+    api_key: str
+    pools: PoolRegistry
+    chat: ChatService
+    metrics: ServerMetrics
+    ingest: MediaIngest
+    http: httpx.AsyncClient
+    db: Engine
+    usage_log: UsageLog
+
+
+def resolve_api_key(settings: Settings) -> tuple[str, bool]:
+    """The configured key, or a fresh one; the flag says whether it was generated."""
+    if settings.api_key:
+        return settings.api_key, False
+    return "sk-tessera-" + secrets.token_urlsafe(24), True
+
+
+def engine_spec(pool: PoolSettings, model_path: str, max_images: int) -> EngineSpec:
+    return EngineSpec(
+        model=model_path, dtype=pool.dtype, max_model_len=pool.max_model_len,
+        tensor_parallel_size=pool.tensor_parallel_size, gpu_memory_utilization=pool.gpu_memory_utilization,
+        kv_cache_bytes=int(pool.kv_cache_gib * (1 << 30)), enforce_eager=pool.enforce_eager,
+        cpu_threads=pool.cpu_threads, max_num_seqs=pool.max_num_seqs,
+        limit_mm_per_prompt={"image": max_images, "audio": 1, "video": 0},
+    )
+
+
+def _model_paths(settings: Settings) -> dict[str, str]:
+    paths = {p.name: p.model for p in settings.pools if p.model}
+    demo = [p.name for p in settings.pools if not p.model]
+    unknown = [name for name in demo if name not in DEMO_SPECS]
+    if unknown:
+        raise ValueError(f"pool(s) {unknown} have no `model` path and no demo checkpoint of that name")
+    if demo:
+        if settings.build_demo_models:
+            built = build_demo_checkpoints(settings.demo_dir(), demo, progress=lambda m: logger.info("%s", m))
+        else:
+            built = {name: settings.demo_dir() / name for name in demo}
+        paths.update({name: str(path) for name, path in built.items()})
+    return paths
+
+
+async def start_engines(settings: Settings) -> list[tuple[PoolSettings, EngineClient]]:
+    paths = await asyncio.to_thread(_model_paths, settings)
+    started: list[tuple[PoolSettings, EngineClient]] = []
+    try:
+        for pool in settings.pools:
+            logger.info("starting engine for pool '%s' from %s", pool.name, paths[pool.name])
+            spec = engine_spec(pool, paths[pool.name], settings.max_images_per_request)
+            engine = await asyncio.to_thread(VllmEngine.start, pool.name, spec)
+            started.append((pool, engine))
+    except BaseException:
+        for _, engine in started:
+            engine.shutdown()
+        raise
+    return started
+
+
+@asynccontextmanager
+async def build_state(settings: Settings, api_key: str) -> AsyncIterator[AppState]:
+    db = make_engine(settings.resolved_database_url())
+    await asyncio.to_thread(upgrade, settings.resolved_database_url())
+    engines = await start_engines(settings)
+    created = int(time.time())
+    pools = PoolRegistry([ModelPool.from_engine(p.name, e, p.aliases, created) for p, e in engines])
+    http = httpx.AsyncClient(timeout=settings.fetch_timeout_s, headers={"user-agent": "tessera-media-fetch"})
+    policy = FetchPolicy.build(timeout_s=settings.fetch_timeout_s, max_bytes=settings.fetch_max_bytes,
+                               max_redirects=settings.fetch_max_redirects, allow=settings.fetch_allow_hosts)
+    fetcher = MediaFetcher(http, policy)
+    ingest = MediaIngest(ImageLoader(max_pixels=settings.max_image_pixels, fetcher=fetcher),
+                         AudioLoader(target_rate=AUDIO_SAMPLE_RATE, max_seconds=settings.max_audio_seconds),
+                         workers=settings.media_workers)
+    metrics = ServerMetrics()
+    metrics.attach_pools(pools)
+    usage_log = UsageLog(db)
+    chat = ChatService(settings, pools, ingest, metrics, usage_log)
+    state = AppState(settings, api_key, pools, chat, metrics, ingest, http, db, usage_log)
+    try:
+        yield state
+    finally:
+        await usage_log.drain()
+        await http.aclose()
+        ingest.close()
+        for pool in pools.pools:
+            pool.engine.shutdown()
+        db.dispose()
+
+
+def provide(attr: str) -> Any:
+    """A Litestar dependency that hands out one field of the state."""
+
+    def _provider(state: Any) -> Any:
+        return getattr(state.tessera, attr)
+
+    return _provider

@@ -1,0 +1,1 @@
+"""Alembic migrations of Tessera's schema, one revision per change."""

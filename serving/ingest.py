@@ -1,0 +1,137 @@
+"""Turns chat messages into a prompt plan, then loads its media once, off the event loop, in client order."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from serving.errors import RequestShapeError
+from serving.media.audio import AudioLoader, LoadedAudio
+from serving.media.images import ImageLoader, LoadedImage
+
+MediaKind = Literal["image", "audio"]
+
+
+class MessageLike(Protocol):
+    role: str
+    content: Any
+
+
+@dataclass(frozen=True)
+class MediaItem:
+    kind: MediaKind
+    param: str
+    url: str | None = None  # image_url.url
+    data: str | None = None  # input_audio.data
+    fmt: str | None = None  # input_audio.format
+
+
+@dataclass
+class MessagePlan:
+    """Messages in the shape chat templates take, with media parts standing for items in `media`."""
+
+    messages: list[dict[str, Any]]
+    media: list[MediaItem]
+
+    @property
+    def modalities(self) -> set[str]:
+        return {"text"} | {item.kind for item in self.media}
+
+    def count(self, kind: MediaKind) -> int:
+        return sum(1 for item in self.media if item.kind == kind)
+
+
+@dataclass
+class PreparedPrompt:
+    messages: list[dict[str, Any]]
+    images: list[LoadedImage] = field(default_factory=list)
+    audios: list[LoadedAudio] = field(default_factory=list)
+
+
+def plan_messages(messages: Sequence[MessageLike], *, max_images: int, max_audios: int = 1) -> MessagePlan:
+    """Check the shape of every message and part; no media is decoded here."""
+    out: list[dict[str, Any]] = []
+    media: list[MediaItem] = []
+    for i, message in enumerate(messages):
+        role = "system" if message.role == "developer" else message.role
+        content = message.content
+        param = f"messages[{i}].content"
+        if content is None or (isinstance(content, list) and not content):
+            raise RequestShapeError(f"message {i} ({message.role}) has no content", code="missing_content",
+                                    param=param)
+        if isinstance(content, str):
+            out.append({"role": role, "content": content})
+            continue
+        parts: list[dict[str, Any]] = []
+        for j, part in enumerate(content):
+            parts.append(_plan_part(part, role, f"{param}[{j}]", media))
+        out.append({"role": role, "content": parts})
+    plan = MessagePlan(out, media)
+    if plan.count("image") > max_images:
+        raise RequestShapeError(f"the request carries {plan.count('image')} images; at most {max_images} are allowed",
+                                code="too_many_images", param="messages")
+    if plan.count("audio") > max_audios:
+        raise RequestShapeError(f"the request carries {plan.count('audio')} audio clips; at most {max_audios} "
+                                "is allowed", code="too_many_audio_clips", param="messages")
+    return plan
+
+
+def _plan_part(part: Any, role: str, param: str, media: list[MediaItem]) -> dict[str, Any]:
+    kind = part.type
+    if kind == "text":
+        if part.text is None:
+            raise RequestShapeError("a text part needs `text`", code="invalid_content_part", param=f"{param}.text")
+        return {"type": "text", "text": part.text}
+    if kind in ("image_url", "input_audio") and role != "user":
+        raise RequestShapeError(f"{kind} parts are only accepted in user messages", code="invalid_content_part",
+                                param=f"{param}.type")
+    if kind == "image_url":
+        if part.image_url is None:
+            raise RequestShapeError("an image_url part needs `image_url`", code="invalid_content_part",
+                                    param=f"{param}.image_url")
+        media.append(MediaItem("image", f"{param}.image_url.url", url=part.image_url.url))
+        return {"type": "image"}
+    if kind == "input_audio":
+        if part.input_audio is None:
+            raise RequestShapeError("an input_audio part needs `input_audio`", code="invalid_content_part",
+                                    param=f"{param}.input_audio")
+        media.append(MediaItem("audio", f"{param}.input_audio", data=part.input_audio.data,
+                               fmt=part.input_audio.format))
+        return {"type": "audio"}
+    raise RequestShapeError(f"unknown content part type {kind!r}; expected text, image_url or input_audio",
+                            code="invalid_content_part", param=f"{param}.type")
+
+
+class MediaIngest:
+    """Loads a plan's media on a bounded thread pool, keeping the client's order."""
+
+    def __init__(self, images: ImageLoader, audio: AudioLoader, workers: int) -> None:
+        self._images = images
+        self._audio = audio
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="media")
+
+    async def load(self, plan: MessagePlan) -> PreparedPrompt:
+        loaded = await asyncio.gather(*(self._load_item(item) for item in plan.media))
+        prepared = PreparedPrompt(plan.messages)
+        for item in loaded:
+            if isinstance(item, LoadedImage):
+                prepared.images.append(item)
+            else:
+                prepared.audios.append(item)
+        return prepared
+
+    async def _load_item(self, item: MediaItem) -> LoadedImage | LoadedAudio:
+        loop = asyncio.get_running_loop()
+        if item.kind == "image":
+            assert item.url is not None
+            raw = await self._images.load_url_bytes(item.url, param=item.param)
+            return await loop.run_in_executor(self._pool, lambda: self._images.load_bytes(raw, param=item.param))
+        assert item.data is not None and item.fmt is not None
+        data, fmt = item.data, item.fmt
+        return await loop.run_in_executor(self._pool, lambda: self._audio.load_base64(data, fmt, param=item.param))
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)

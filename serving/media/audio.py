@@ -1,0 +1,71 @@
+"""Audio loading: decode WAV or MP3, check the samples, mix to mono and resample to the encoder's rate."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from dataclasses import dataclass
+from math import gcd
+
+import numpy as np
+
+from serving.errors import MediaError
+from serving.media.images import decode_base64
+
+SUPPORTED_FORMATS = ("wav", "mp3")
+MIN_SECONDS = 0.1
+
+
+@dataclass(frozen=True)
+class LoadedAudio:
+    samples: np.ndarray  # float32 mono at `sample_rate`
+    sample_rate: int
+    content_hash: str
+
+    @property
+    def seconds(self) -> float:
+        return len(self.samples) / self.sample_rate
+
+
+class AudioLoader:
+    def __init__(self, *, target_rate: int, max_seconds: float) -> None:
+        self._target_rate = target_rate
+        self._max_seconds = max_seconds
+
+    def load_base64(self, data: str, fmt: str, *, param: str) -> LoadedAudio:
+        if fmt not in SUPPORTED_FORMATS:
+            raise MediaError(f"audio format {fmt!r} is not supported; use one of {', '.join(SUPPORTED_FORMATS)}",
+                             code="unsupported_audio_format", param=f"{param}.format")
+        return self.load_bytes(decode_base64(data, param=f"{param}.data"), fmt, param=f"{param}.data")
+
+    def load_bytes(self, raw: bytes, fmt: str, *, param: str) -> LoadedAudio:
+        """Decode and validate; blocking, so callers run it on the media thread pool."""
+        import soundfile as sf
+
+        try:
+            info = sf.info(io.BytesIO(raw))
+            if info.duration > self._max_seconds + 0.01:
+                raise MediaError(f"the audio lasts {info.duration:.1f}s, over the limit of {self._max_seconds:g}s",
+                                 code="audio_too_long", param=param)
+            samples, rate = sf.read(io.BytesIO(raw), dtype="float32", always_2d=True)
+        except MediaError:
+            raise
+        except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as exc:
+            raise MediaError(f"the {fmt} audio cannot be decoded: {exc}", code="invalid_audio", param=param) from exc
+        mono = samples.mean(axis=1)
+        if not np.isfinite(mono).all():
+            raise MediaError("the audio contains NaN or infinite samples", code="invalid_audio", param=param)
+        if len(mono) < MIN_SECONDS * rate:
+            raise MediaError(f"the audio is shorter than {MIN_SECONDS}s", code="audio_too_short", param=param)
+        resampled = self._resample(mono, int(rate))
+        digest = hashlib.sha256(f"{self._target_rate}:".encode() + resampled.tobytes()).hexdigest()
+        return LoadedAudio(resampled, self._target_rate, digest)
+
+    def _resample(self, mono: np.ndarray, rate: int) -> np.ndarray:
+        if rate == self._target_rate:
+            return np.ascontiguousarray(mono, dtype=np.float32)
+        from scipy.signal import resample_poly
+
+        div = gcd(rate, self._target_rate)
+        out = resample_poly(mono, self._target_rate // div, rate // div)
+        return np.ascontiguousarray(out, dtype=np.float32)

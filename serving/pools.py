@@ -1,0 +1,79 @@
+"""Model pools: an engine plus what the API must know about its checkpoint (names, modalities, media tokens)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from serving.engine import EngineClient
+from serving.errors import RequestShapeError
+
+
+def _media_token_ids(hf_config: Any) -> dict[str, int]:
+    """Placeholder token ids that the processor expands once per image patch group or audio frame."""
+    configs = [getattr(hf_config, "thinker_config", None), hf_config]
+    found: dict[str, int] = {}
+    for cfg in (c for c in configs if c is not None):
+        for kind, names in (("image", ("image_token_index", "image_token_id")),
+                            ("audio", ("audio_token_index", "audio_token_id"))):
+            for attr in names:
+                value = getattr(cfg, attr, None)
+                if kind not in found and isinstance(value, int):
+                    found[kind] = value
+    return found
+
+
+def _modalities(hf_config: Any) -> list[str]:
+    cfg = getattr(hf_config, "thinker_config", None) or hf_config
+    mods = ["text"]
+    if getattr(cfg, "vision_config", None) is not None:
+        mods.append("image")
+    if getattr(cfg, "audio_config", None) is not None:
+        mods.append("audio")
+    return mods
+
+
+@dataclass
+class ModelPool:
+    name: str
+    engine: EngineClient
+    aliases: list[str] = field(default_factory=list)
+    modalities: list[str] = field(default_factory=list)
+    media_token_ids: dict[str, int] = field(default_factory=dict)
+    created: int = 0
+
+    @classmethod
+    def from_engine(cls, name: str, engine: EngineClient, aliases: list[str], created: int) -> ModelPool:
+        hf = engine.hf_config()
+        return cls(name, engine, aliases, _modalities(hf), _media_token_ids(hf), created)
+
+    @property
+    def max_model_len(self) -> int:
+        return self.engine.capacity.max_model_len
+
+    def render_prompt(self, messages: list[dict[str, Any]]) -> str:
+        try:
+            return str(self.engine.tokenizer().apply_chat_template(messages, tokenize=False,
+                                                                   add_generation_prompt=True))
+        except Exception as exc:  # template errors are the conversation's shape, e.g. roles out of order
+            raise RequestShapeError(f"the messages do not fit the model's chat template: {exc}",
+                                    code="invalid_messages", param="messages") from exc
+
+    def count_media_tokens(self, prompt_token_ids: list[int]) -> dict[str, int]:
+        """Media tokens in the engine's expanded prompt: exact, from the processor's own placeholders."""
+        return {kind: prompt_token_ids.count(token) for kind, token in self.media_token_ids.items()}
+
+
+class PoolRegistry:
+    def __init__(self, pools: list[ModelPool]) -> None:
+        self.pools = pools
+        self._by_name: dict[str, ModelPool] = {}
+        for pool in pools:
+            for key in (pool.name, *pool.aliases):
+                self._by_name[key] = pool
+
+    def get(self, name: str) -> ModelPool | None:
+        return self._by_name.get(name)
+
+    def healthy(self) -> bool:
+        return all(p.engine.is_healthy() for p in self.pools)
