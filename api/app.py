@@ -53,8 +53,9 @@ def create_app(settings: Settings, api_key: str, on_ready: Callable[[AppState], 
             finally:
                 slot.set(None)
 
-    api = Router(path="/", route_handlers=[create_chat_completion, list_models, retrieve_model],
-                 guards=[api_key_guard(api_key)])
+    api = Router(
+        path="/", route_handlers=[create_chat_completion, list_models, retrieve_model], guards=[api_key_guard(api_key)]
+    )
     return Litestar(
         route_handlers=[api, health, metrics],
         lifespan=[lifespan],

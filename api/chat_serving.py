@@ -6,7 +6,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,16 +43,25 @@ class Generation:
         media = self.pool.count_media_tokens(self.prompt_token_ids)
         image, audio = media.get("image", 0), media.get("audio", 0)
         prompt = len(self.prompt_token_ids)
-        details = PromptTokensDetails(cached_tokens=self.num_cached_tokens, text_tokens=prompt - image - audio,
-                                      image_tokens=image, audio_tokens=audio)
+        details = PromptTokensDetails(
+            cached_tokens=self.num_cached_tokens,
+            text_tokens=prompt - image - audio,
+            image_tokens=image,
+            audio_tokens=audio,
+        )
         completion = len(self.token_ids)
-        return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion,
-                     prompt_tokens_details=details)
+        return Usage(
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            total_tokens=prompt + completion,
+            prompt_tokens_details=details,
+        )
 
 
 class ChatService:
-    def __init__(self, settings: Settings, pools: PoolRegistry, ingest: MediaIngest, metrics: ServerMetrics,
-                 usage_log: UsageLog) -> None:
+    def __init__(
+        self, settings: Settings, pools: PoolRegistry, ingest: MediaIngest, metrics: ServerMetrics, usage_log: UsageLog
+    ) -> None:
         self._settings = settings
         self._pools = pools
         self._ingest = ingest
@@ -65,35 +74,48 @@ class ChatService:
             names = ", ".join(p.name for p in self._pools.pools)
             raise ModelNotFound(f"the model '{req.model}' does not exist; available: {names}", param="model")
         if req.n != 1:
-            raise InvalidRequest("only n=1 is supported; send parallel requests for more choices",
-                                 param="n", code="unsupported_parameter")
+            raise InvalidRequest(
+                "only n=1 is supported; send parallel requests for more choices",
+                param="n",
+                code="unsupported_parameter",
+            )
         plan = plan_messages(req.messages, max_images=self._settings.max_images_per_request)
         missing = plan.modalities - set(pool.modalities)
         if missing:
-            raise InvalidRequest(f"the model '{pool.name}' does not accept {', '.join(sorted(missing))} input; "
-                                 f"it accepts {', '.join(pool.modalities)}", param="model",
-                                 code="unsupported_modality")
+            raise InvalidRequest(
+                f"the model '{pool.name}' does not accept {', '.join(sorted(missing))} input; "
+                f"it accepts {', '.join(pool.modalities)}",
+                param="model",
+                code="unsupported_modality",
+            )
         if not pool.engine.is_healthy():
             raise ServiceUnavailable(f"the engine of model '{pool.name}' is not running", retry_after_s=10)
         prepared = await self._ingest.load(plan)
         prompt = pool.render_prompt(prepared.messages)
         params = GenerationParams(
             max_tokens=req.completion_limit() or self._settings.default_max_tokens,
-            temperature=req.temperature, top_p=req.top_p, top_k=req.top_k, seed=req.seed,
-            stop=tuple(req.stop_list()), presence_penalty=req.presence_penalty,
-            frequency_penalty=req.frequency_penalty, repetition_penalty=req.repetition_penalty,
-            min_tokens=req.min_tokens, ignore_eos=req.ignore_eos,
+            temperature=req.temperature,
+            top_p=req.top_p,
+            top_k=req.top_k,
+            seed=req.seed,
+            stop=tuple(req.stop_list()),
+            presence_penalty=req.presence_penalty,
+            frequency_penalty=req.frequency_penalty,
+            repetition_penalty=req.repetition_penalty,
+            min_tokens=req.min_tokens,
+            ignore_eos=req.ignore_eos,
         )
         request_id = f"chatcmpl-{uuid.uuid4().hex}"
         engine_request = EngineRequest(
-            request_id=request_id, prompt=prompt,
+            request_id=request_id,
+            prompt=prompt,
             images=[img.image for img in prepared.images],
             audios=[(a.samples, a.sample_rate) for a in prepared.audios],
             params=params,
         )
         return Generation(request_id, int(time.time()), pool, engine_request, plan.modalities, started)
 
-    async def run(self, gen: Generation) -> AsyncIterator[EngineDelta]:
+    async def run(self, gen: Generation) -> AsyncGenerator[EngineDelta, None]:
         """Drive the engine; on every exit the engine request is finished or aborted and usage is logged."""
         status = "failed"
         try:
@@ -135,14 +157,18 @@ class ChatService:
         self._metrics.e2e.labels(model).observe(now - gen.started)
         self._metrics.requests.labels(model, modality_mix(gen.modalities), status).inc()
         details = usage.prompt_tokens_details
-        for modality, count in (("text", details.text_tokens), ("image", details.image_tokens),
-                                ("audio", details.audio_tokens)):
+        for modality, count in (
+            ("text", details.text_tokens),
+            ("image", details.image_tokens),
+            ("audio", details.audio_tokens),
+        ):
             if count:
                 self._metrics.prompt_tokens.labels(model, modality).inc(count)
         self._metrics.completion_tokens.labels(model).inc(usage.completion_tokens)
         ttft_ms = None if gen.first_token_at is None else int((gen.first_token_at - gen.started) * 1000)
-        self._usage_log.record(gen.request_id, model, gen.modalities, usage, status, ttft_ms,
-                               int((now - gen.started) * 1000))
+        self._usage_log.record(
+            gen.request_id, model, gen.modalities, usage, status, ttft_ms, int((now - gen.started) * 1000)
+        )
 
 
 def finish_reason(reason: str | None) -> str | None:

@@ -17,9 +17,14 @@ def _serve_parser(sub: Any) -> None:
     p.add_argument("--port", type=int, help="Port (TESSERA_PORT, default 8000).")
     p.add_argument("--data-dir", type=Path, help="SQLite file and demo checkpoints (TESSERA_DATA_DIR).")
     p.add_argument("--database-url", help="SQLAlchemy URL (TESSERA_DATABASE_URL); default SQLite in data dir.")
-    p.add_argument("--pool", action="append", default=[], metavar="NAME=PATH",
-                   help="Point a pool at a checkpoint directory, e.g. --pool large=/models/Qwen2.5-Omni-7B. "
-                        "A new NAME adds a pool.")
+    p.add_argument(
+        "--pool",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="Point a pool at a checkpoint directory, e.g. --pool large=/models/Qwen2.5-Omni-7B. "
+        "A new NAME adds a pool.",
+    )
     p.add_argument("--dtype", help="Weights dtype for every pool (default float32).")
     p.add_argument("--max-model-len", type=int, help="Context length for every pool.")
     p.add_argument("--tensor-parallel-size", type=int, help="Tensor parallelism for every pool (GPU).")
@@ -53,8 +58,9 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 
 def _configure_logging(level: str) -> None:
-    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        stream=sys.stderr)
+    logging.basicConfig(
+        level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
     for noisy in ("httpx", "vllm", "transformers"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
@@ -71,12 +77,17 @@ def serve(settings: Settings) -> None:
         url = f"http://{settings.host}:{settings.port}/v1"
         models = ", ".join(f"{p.name} ({'+'.join(p.modalities)})" for p in state.pools.pools)
         print(f"\nTessera is serving {models}\n  base_url: {url}", flush=True)
-        print(f"  api key:  {key}" + ("  (generated; set TESSERA_API_KEY to fix one)" if generated else ""),
-              flush=True)
+        print(f"  api key:  {key}" + ("  (generated; set TESSERA_API_KEY to fix one)" if generated else ""), flush=True)
 
     app = create_app(settings, key, on_ready=announce)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level.lower(),
-                lifespan="on", timeout_graceful_shutdown=10)
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level.lower(),
+        lifespan="on",
+        timeout_graceful_shutdown=10,
+    )
 
 
 def build_demo(args: argparse.Namespace) -> None:
@@ -93,8 +104,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="tessera", description="Tessera: OpenAI-compatible multimodal server.")
     sub = parser.add_subparsers(dest="command")
     _serve_parser(sub)
-    models = sub.add_parser("models", help="Manage checkpoints.").add_subparsers(dest="models_command",
-                                                                                   required=True)
+    models = sub.add_parser("models", help="Manage checkpoints.").add_subparsers(dest="models_command", required=True)
     demo = models.add_parser("build-demo", help="Build the demo checkpoints offline (seeded, deterministic).")
     demo.add_argument("names", nargs="*", help="Which demo checkpoints (default: all).")
     demo.add_argument("--force", action="store_true", help="Rebuild even if present.")

@@ -21,8 +21,9 @@ class APIError(Exception):
     error_type = "invalid_request_error"
     code = "invalid_request"
 
-    def __init__(self, message: str, *, param: str | None = None, code: str | None = None,
-                 headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, message: str, *, param: str | None = None, code: str | None = None, headers: dict[str, str] | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.param = param
@@ -63,8 +64,9 @@ class ServiceUnavailable(APIError):
 
     def __init__(self, message: str, *, retry_after_s: float = 5.0, code: str | None = None) -> None:
         seconds = max(1, round(retry_after_s))
-        super().__init__(message, code=code,
-                         headers={"retry-after": str(seconds), "retry-after-ms": str(int(retry_after_s * 1000))})
+        super().__init__(
+            message, code=code, headers={"retry-after": str(seconds), "retry-after-ms": str(int(retry_after_s * 1000))}
+        )
 
 
 class InternalError(APIError):
@@ -104,8 +106,9 @@ def _from_validation(exc: ValidationException) -> APIError:
     first = extra[0] if extra and isinstance(extra[0], dict) else {}
     param = first.get("key") or None
     message = first.get("message") or str(exc.detail)
-    return InvalidRequest(f"invalid request: {message}" + (f" (at {param})" if param else ""),
-                          param=param, code="invalid_request")
+    return InvalidRequest(
+        f"invalid request: {message}" + (f" (at {param})" if param else ""), param=param, code="invalid_request"
+    )
 
 
 def error_response(exc: BaseException) -> Response[dict[str, Any]]:

@@ -20,17 +20,18 @@ class _EngineCollector(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         up = GaugeMetricFamily("tessera_engine_up", "1 while the pool's engine is alive.", labels=["model"])
-        unfinished = GaugeMetricFamily("tessera_engine_unfinished_requests",
-                                       "Requests the engine client still tracks.", labels=["model"])
-        running = GaugeMetricFamily("tessera_engine_running_requests",
-                                    "Requests the engine scheduler is running.", labels=["model"])
-        waiting = GaugeMetricFamily("tessera_engine_waiting_requests",
-                                    "Requests waiting in the engine scheduler.", labels=["model"])
-        kv = GaugeMetricFamily("tessera_engine_kv_cache_usage_ratio", "Fraction of KV blocks in use.",
-                               labels=["model"])
+        unfinished = GaugeMetricFamily(
+            "tessera_engine_unfinished_requests", "Requests the engine client still tracks.", labels=["model"]
+        )
+        running = GaugeMetricFamily(
+            "tessera_engine_running_requests", "Requests the engine scheduler is running.", labels=["model"]
+        )
+        waiting = GaugeMetricFamily(
+            "tessera_engine_waiting_requests", "Requests waiting in the engine scheduler.", labels=["model"]
+        )
+        kv = GaugeMetricFamily("tessera_engine_kv_cache_usage_ratio", "Fraction of KV blocks in use.", labels=["model"])
         blocks = GaugeMetricFamily("tessera_engine_kv_cache_blocks", "KV blocks the engine owns.", labels=["model"])
-        preempt = CounterMetricFamily("tessera_engine_preemptions", "Sequences the engine preempted.",
-                                      labels=["model"])
+        preempt = CounterMetricFamily("tessera_engine_preemptions", "Sequences the engine preempted.", labels=["model"])
         for pool in self._pools.pools:
             engine = pool.engine
             up.add_metric([pool.name], 1.0 if engine.is_healthy() else 0.0)
@@ -48,20 +49,45 @@ class ServerMetrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.ttft = Histogram("tessera_time_to_first_token_seconds", "Time to first token.", ["model"],
-                              buckets=_LATENCY_BUCKETS, registry=self.registry)
-        self.itl = Histogram("tessera_inter_token_latency_seconds", "Time between streamed tokens.", ["model"],
-                             buckets=_ITL_BUCKETS, registry=self.registry)
-        self.e2e = Histogram("tessera_e2e_request_latency_seconds", "Request latency, end to end.", ["model"],
-                             buckets=_LATENCY_BUCKETS, registry=self.registry)
-        self.requests = Counter("tessera_requests", "Chat completion requests by model, modality mix and outcome.",
-                                ["model", "modalities", "status"], registry=self.registry)
-        self.prompt_tokens = Counter("tessera_prompt_tokens", "Prompt tokens by modality.", ["model", "modality"],
-                                     registry=self.registry)
-        self.completion_tokens = Counter("tessera_completion_tokens", "Completion tokens.", ["model"],
-                                         registry=self.registry)
-        self.refused = Counter("tessera_refused_requests", "Requests refused before the engine, by error code.",
-                               ["code"], registry=self.registry)
+        self.ttft = Histogram(
+            "tessera_time_to_first_token_seconds",
+            "Time to first token.",
+            ["model"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.itl = Histogram(
+            "tessera_inter_token_latency_seconds",
+            "Time between streamed tokens.",
+            ["model"],
+            buckets=_ITL_BUCKETS,
+            registry=self.registry,
+        )
+        self.e2e = Histogram(
+            "tessera_e2e_request_latency_seconds",
+            "Request latency, end to end.",
+            ["model"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.requests = Counter(
+            "tessera_requests",
+            "Chat completion requests by model, modality mix and outcome.",
+            ["model", "modalities", "status"],
+            registry=self.registry,
+        )
+        self.prompt_tokens = Counter(
+            "tessera_prompt_tokens", "Prompt tokens by modality.", ["model", "modality"], registry=self.registry
+        )
+        self.completion_tokens = Counter(
+            "tessera_completion_tokens", "Completion tokens.", ["model"], registry=self.registry
+        )
+        self.refused = Counter(
+            "tessera_refused_requests",
+            "Requests refused before the engine, by error code.",
+            ["code"],
+            registry=self.registry,
+        )
 
     def attach_pools(self, pools: PoolRegistry) -> None:
         self.registry.register(_EngineCollector(pools))

@@ -50,9 +50,11 @@ def parse_chat_request(body: bytes) -> ChatCompletionRequest:
     except ValidationError as exc:
         first = exc.errors()[0]
         param = _param_path(tuple(first["loc"])) or None
-        raise InvalidRequest(f"invalid value for {param or 'the request'}: {first['msg']}",
-                             param=param, code="invalid_value" if first["type"] != "missing" else "missing_field"
-                             ) from exc
+        raise InvalidRequest(
+            f"invalid value for {param or 'the request'}: {first['msg']}",
+            param=param,
+            code="invalid_value" if first["type"] != "missing" else "missing_field",
+        ) from exc
     unknown = _unknown_fields(req)
     if unknown:
         logger.info("accepted unknown request fields: %s", ", ".join(sorted(unknown)))

@@ -19,6 +19,9 @@ class PoolSettings(BaseModel):
         default=None, description="Checkpoint directory. Unset: the embedded demo checkpoint named after the pool."
     )
     aliases: list[str] = Field(default_factory=list, description="Other names that select this pool.")
+    modalities: list[Modality] | None = Field(
+        default=None, description="Accept only these input modalities. Unset: all the checkpoint supports."
+    )
     dtype: str = Field(default="float32", description="Weights dtype passed to vLLM (`float32` is exact on CPU).")
     max_model_len: int = Field(default=4096, description="Context length the engine is started with.")
     tensor_parallel_size: int = Field(default=1, description="Tensor parallelism (GPU machines).")
@@ -43,6 +46,9 @@ class Settings(BaseSettings):
     data_dir: Path = Field(default=Path(".tessera"), description="Where the SQLite file and demo checkpoints live.")
     database_url: str | None = Field(
         default=None, description="SQLAlchemy URL. Unset: a SQLite file `tessera.db` in `data_dir`."
+    )
+    models_dir: Path | None = Field(
+        default=None, description="Where demo checkpoints are built. Unset: `models` inside `data_dir`."
     )
     api_key: str | None = Field(
         default=None, description="Static bearer key guarding the API. Unset: one is generated and printed."
@@ -69,4 +75,4 @@ class Settings(BaseSettings):
         return self.database_url or f"sqlite:///{(self.data_dir / 'tessera.db').resolve()}"
 
     def demo_dir(self) -> Path:
-        return self.data_dir / "models"
+        return self.models_dir or self.data_dir / "models"

@@ -54,10 +54,15 @@ def resolve_api_key(settings: Settings) -> tuple[str, bool]:
 
 def engine_spec(pool: PoolSettings, model_path: str, max_images: int) -> EngineSpec:
     return EngineSpec(
-        model=model_path, dtype=pool.dtype, max_model_len=pool.max_model_len,
-        tensor_parallel_size=pool.tensor_parallel_size, gpu_memory_utilization=pool.gpu_memory_utilization,
-        kv_cache_bytes=int(pool.kv_cache_gib * (1 << 30)), enforce_eager=pool.enforce_eager,
-        cpu_threads=pool.cpu_threads, max_num_seqs=pool.max_num_seqs,
+        model=model_path,
+        dtype=pool.dtype,
+        max_model_len=pool.max_model_len,
+        tensor_parallel_size=pool.tensor_parallel_size,
+        gpu_memory_utilization=pool.gpu_memory_utilization,
+        kv_cache_bytes=int(pool.kv_cache_gib * (1 << 30)),
+        enforce_eager=pool.enforce_eager,
+        cpu_threads=pool.cpu_threads,
+        max_num_seqs=pool.max_num_seqs,
         limit_mm_per_prompt={"image": max_images, "audio": 1, "video": 0},
     )
 
@@ -84,7 +89,7 @@ async def start_engines(settings: Settings) -> list[tuple[PoolSettings, EngineCl
         for pool in settings.pools:
             logger.info("starting engine for pool '%s' from %s", pool.name, paths[pool.name])
             spec = engine_spec(pool, paths[pool.name], settings.max_images_per_request)
-            engine = await asyncio.to_thread(VllmEngine.start, pool.name, spec)
+            engine: EngineClient = await asyncio.to_thread(VllmEngine.start, pool.name, spec)
             started.append((pool, engine))
     except BaseException:
         for _, engine in started:
@@ -99,14 +104,20 @@ async def build_state(settings: Settings, api_key: str) -> AsyncIterator[AppStat
     await asyncio.to_thread(upgrade, settings.resolved_database_url())
     engines = await start_engines(settings)
     created = int(time.time())
-    pools = PoolRegistry([ModelPool.from_engine(p.name, e, p.aliases, created) for p, e in engines])
+    pools = PoolRegistry([ModelPool.from_engine(p.name, e, p.aliases, created, p.modalities) for p, e in engines])
     http = httpx.AsyncClient(timeout=settings.fetch_timeout_s, headers={"user-agent": "tessera-media-fetch"})
-    policy = FetchPolicy.build(timeout_s=settings.fetch_timeout_s, max_bytes=settings.fetch_max_bytes,
-                               max_redirects=settings.fetch_max_redirects, allow=settings.fetch_allow_hosts)
+    policy = FetchPolicy.build(
+        timeout_s=settings.fetch_timeout_s,
+        max_bytes=settings.fetch_max_bytes,
+        max_redirects=settings.fetch_max_redirects,
+        allow=settings.fetch_allow_hosts,
+    )
     fetcher = MediaFetcher(http, policy)
-    ingest = MediaIngest(ImageLoader(max_pixels=settings.max_image_pixels, fetcher=fetcher),
-                         AudioLoader(target_rate=AUDIO_SAMPLE_RATE, max_seconds=settings.max_audio_seconds),
-                         workers=settings.media_workers)
+    ingest = MediaIngest(
+        ImageLoader(max_pixels=settings.max_image_pixels, fetcher=fetcher),
+        AudioLoader(target_rate=AUDIO_SAMPLE_RATE, max_seconds=settings.max_audio_seconds),
+        workers=settings.media_workers,
+    )
     metrics = ServerMetrics()
     metrics.attach_pools(pools)
     usage_log = UsageLog(db)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from litestar import Response
@@ -15,9 +15,9 @@ from api.errors import to_api_error
 from api.protocol import (
     ChatCompletion,
     ChatCompletionChunk,
+    ChatCompletionRequest,
     Choice,
     ChunkChoice,
-    ChatCompletionRequest,
     Delta,
     ResponseMessage,
 )
@@ -44,10 +44,19 @@ async def complete(chat: ChatService, req: ChatCompletionRequest, gen: Generatio
     text: list[str] = []
     async for delta in chat.run(gen):
         text.append(delta.text)
-    choice = Choice(message=ResponseMessage(content="".join(text)), finish_reason=finish_reason(gen.finish_reason),
-                    token_ids=list(gen.token_ids) if req.return_token_ids else None)
-    body = ChatCompletion(id=gen.request_id, created=gen.created, model=gen.pool.name, choices=[choice],
-                          usage=gen.usage(), **response_extras(req, gen))
+    choice = Choice(
+        message=ResponseMessage(content="".join(text)),
+        finish_reason=finish_reason(gen.finish_reason),
+        token_ids=list(gen.token_ids) if req.return_token_ids else None,
+    )
+    body = ChatCompletion(
+        id=gen.request_id,
+        created=gen.created,
+        model=gen.pool.name,
+        choices=[choice],
+        usage=gen.usage(),
+        **response_extras(req, gen),
+    )
     data = body.model_dump(mode="json")
     data["choices"] = [_without_none(c, ("token_ids",)) for c in data["choices"]]
     return Response(_without_none(data, ("prompt_token_ids", "system_fingerprint")))
@@ -66,16 +75,21 @@ async def stream(chat: ChatService, req: ChatCompletionRequest, gen: Generation)
     return Stream(_events(req, gen, first, deltas), media_type="text/event-stream", headers=SSE_HEADERS)
 
 
-async def _events(req: ChatCompletionRequest, gen: Generation, first: EngineDelta | None,
-                  deltas: AsyncIterator[EngineDelta]) -> AsyncIterator[str]:
+async def _events(
+    req: ChatCompletionRequest, gen: Generation, first: EngineDelta | None, deltas: AsyncGenerator[EngineDelta, None]
+) -> AsyncIterator[str]:
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
 
-    def chunk(delta: Delta, reason: str | None = None, token_ids: list[int] | None = None,
-              first_chunk: bool = False) -> str:
+    def chunk(
+        delta: Delta, reason: str | None = None, token_ids: list[int] | None = None, first_chunk: bool = False
+    ) -> str:
         body = ChatCompletionChunk(
-            id=gen.request_id, created=gen.created, model=gen.pool.name,
-            choices=[ChunkChoice(delta=delta, finish_reason=reason,
-                                 token_ids=token_ids if req.return_token_ids else None)],
+            id=gen.request_id,
+            created=gen.created,
+            model=gen.pool.name,
+            choices=[
+                ChunkChoice(delta=delta, finish_reason=reason, token_ids=token_ids if req.return_token_ids else None)
+            ],
             **(response_extras(req, gen) if first_chunk else {}),
         ).model_dump(mode="json")
         body["choices"] = [_without_none(c, ("token_ids",)) for c in body["choices"]]
@@ -94,8 +108,16 @@ async def _events(req: ChatCompletionRequest, gen: Generation, first: EngineDelt
             if delta.text or delta.token_ids or reason:
                 yield chunk(Delta(content=delta.text), reason, delta.token_ids)
         if include_usage:
-            yield _sse({"id": gen.request_id, "object": "chat.completion.chunk", "created": gen.created,
-                        "model": gen.pool.name, "choices": [], "usage": gen.usage().model_dump(mode="json")})
+            yield _sse(
+                {
+                    "id": gen.request_id,
+                    "object": "chat.completion.chunk",
+                    "created": gen.created,
+                    "model": gen.pool.name,
+                    "choices": [],
+                    "usage": gen.usage().model_dump(mode="json"),
+                }
+            )
     except Exception as exc:
         err = to_api_error(exc)
         logger.warning("stream %s failed after it started: %s", gen.request_id, err.message)

@@ -32,15 +32,31 @@ class UsageLog:
         if not task.cancelled() and task.exception() is not None:
             logger.error("background task failed", exc_info=task.exception())
 
-    def record(self, request_id: str, model: str, modalities: set[str], usage: Usage, status: str,
-               ttft_ms: int | None, total_ms: int) -> None:
+    def record(
+        self,
+        request_id: str,
+        model: str,
+        modalities: set[str],
+        usage: Usage,
+        status: str,
+        ttft_ms: int | None,
+        total_ms: int,
+    ) -> None:
         mask = MODALITY_TEXT | (MODALITY_IMAGE if "image" in modalities else 0)
         mask |= MODALITY_AUDIO if "audio" in modalities else 0
         d = usage.prompt_tokens_details
         row = InferenceRequest(
-            request_id=request_id, model_variant=model, modality_mask=mask, text_tokens=d.text_tokens,
-            vision_tokens=d.image_tokens, audio_tokens=d.audio_tokens, cached_tokens=d.cached_tokens,
-            output_tokens=usage.completion_tokens, status=status, ttft_ms=ttft_ms, total_latency_ms=total_ms,
+            request_id=request_id,
+            model_variant=model,
+            modality_mask=mask,
+            text_tokens=d.text_tokens,
+            vision_tokens=d.image_tokens,
+            audio_tokens=d.audio_tokens,
+            cached_tokens=d.cached_tokens,
+            output_tokens=usage.completion_tokens,
+            status=status,
+            ttft_ms=ttft_ms,
+            total_latency_ms=total_ms,
         )
         self.spawn(asyncio.to_thread(record_usage, self._db, row))
 

@@ -16,7 +16,7 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 # Bumping this rebuilds every demo checkpoint on the next start.
-BUILDER_VERSION = 3
+BUILDER_VERSION = 4
 MANIFEST_NAME = "tessera-demo.json"
 
 # vLLM's chat formatting hard-codes these marker names for Qwen2.5-Omni.
@@ -33,19 +33,19 @@ MEDIA_TOKENS = {
 # ChatML, as SmolLM2 was trained on, with Qwen2.5-Omni's media markers for image and audio parts.
 CHAT_TEMPLATE = (
     "{%- if messages[0]['role'] != 'system' -%}"
-    "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+    "{{ '<|im_start|>system\\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\\n' }}"
     "{%- endif -%}"
     "{%- for message in messages -%}"
-    "<|im_start|>{{ message['role'] }}\n"
+    "{{ '<|im_start|>' + message['role'] + '\\n' }}"
     "{%- if message['content'] is string -%}{{ message['content'] }}"
     "{%- else -%}{%- for part in message['content'] -%}"
     "{%- if part['type'] == 'text' -%}{{ part['text'] }}"
-    "{%- elif part['type'] == 'image' -%}<|vision_start|><|IMAGE|><|vision_end|>"
-    "{%- elif part['type'] == 'audio' -%}<|audio_bos|><|AUDIO|><|audio_eos|>"
+    "{%- elif part['type'] == 'image' -%}{{ '<|vision_start|><|IMAGE|><|vision_end|>' }}"
+    "{%- elif part['type'] == 'audio' -%}{{ '<|audio_bos|><|AUDIO|><|audio_eos|>' }}"
     "{%- endif -%}{%- endfor -%}{%- endif -%}"
-    "<|im_end|>\n"
+    "{{ '<|im_end|>\\n' }}"
     "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}<|im_start|>assistant\n{%- endif -%}"
+    "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n' }}{%- endif -%}"
 )
 
 
@@ -137,8 +137,9 @@ def demo_checkpoint_ready(path: Path) -> bool:
         return False
 
 
-def build_demo_checkpoints(root: Path, names: list[str] | None = None, *, force: bool = False,
-                           progress: Progress = print) -> dict[str, Path]:
+def build_demo_checkpoints(
+    root: Path, names: list[str] | None = None, *, force: bool = False, progress: Progress = print
+) -> dict[str, Path]:
     """Build each missing demo checkpoint under `root/<name>`; returns the paths of all requested ones."""
     names = names or list(DEMO_SPECS)
     unknown = [n for n in names if n not in DEMO_SPECS]
@@ -251,7 +252,7 @@ def _thinker_config(spec: DemoSpec, tokenizer: Any, vocab_size: int) -> Any:
     return config
 
 
-def _transplant_text(thinker: Any, source: dict[str, Any], vocab_in_source: int) -> None:
+def _transplant_text(thinker: Any, source: dict[str, Any]) -> None:
     """Copy SmolLM2's Llama weights into the thinker's Qwen2-style text model (q/k/v biases zeroed)."""
     import torch
 
@@ -260,11 +261,12 @@ def _transplant_text(thinker: Any, source: dict[str, Any], vocab_in_source: int)
         for key, value in source.items():
             if key == "lm_head.weight":
                 continue
-            dest = key.replace("model.", "model.", 1)
+            dest = key
             if dest not in target:
                 raise RuntimeError(f"SmolLM2 weight {key} has no place in the thinker")
             if key == "model.embed_tokens.weight":
                 emb = target[dest]
+                vocab_in_source = value.shape[0]
                 emb[:vocab_in_source] = value
                 emb[vocab_in_source:] = value.mean(dim=0)
                 target["lm_head.weight"].copy_(emb)
@@ -311,7 +313,7 @@ def _build_one(spec: DemoSpec, path: Path, source: _SmolLM2Source, progress: Pro
     thinker.eval()
     if spec.smollm2_text:
         progress("  transplanting SmolLM2-135M-Instruct text weights")
-        _transplant_text(thinker, source.text_state_dict(), len(source.tokenizer()) - len(MEDIA_TOKENS))
+        _transplant_text(thinker, source.text_state_dict())
 
     staging = path.with_name(path.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)

@@ -112,6 +112,8 @@ class EngineClient(Protocol):
 
     def is_healthy(self) -> bool: ...
 
+    async def has_work(self) -> bool: ...
+
     def num_unfinished(self) -> int: ...
 
     def hf_config(self) -> Any: ...
@@ -128,8 +130,9 @@ def _stat_logger_factory(stats: EngineStats) -> Any:
         def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
             self._stats = stats
 
-        def record(self, scheduler_stats: Any, iteration_stats: Any, mm_cache_stats: Any = None,
-                   engine_idx: int = 0) -> None:
+        def record(
+            self, scheduler_stats: Any, iteration_stats: Any, mm_cache_stats: Any = None, engine_idx: int = 0
+        ) -> None:
             if scheduler_stats is not None:
                 self._stats.running = scheduler_stats.num_running_reqs
                 self._stats.waiting = scheduler_stats.num_waiting_reqs
@@ -188,9 +191,14 @@ class VllmEngine:
         started = time.monotonic()
         llm = AsyncLLM.from_engine_args(args, stat_loggers=[_stat_logger_factory(stats)])
         engine = cls(name, llm, stats)
-        logger.info("engine %s ready in %.1fs: %d KV blocks of %d tokens, max_model_len %d", name,
-                    time.monotonic() - started, engine.capacity.num_blocks, engine.capacity.block_size,
-                    engine.capacity.max_model_len)
+        logger.info(
+            "engine %s ready in %.1fs: %d KV blocks of %d tokens, max_model_len %d",
+            name,
+            time.monotonic() - started,
+            engine.capacity.num_blocks,
+            engine.capacity.block_size,
+            engine.capacity.max_model_len,
+        )
         return engine
 
     def hf_config(self) -> Any:
@@ -205,6 +213,12 @@ class VllmEngine:
     def num_unfinished(self) -> int:
         return int(self._llm.get_num_unfinished_requests())
 
+    async def has_work(self) -> bool:
+        """Asks the engine core itself whether its scheduler still holds requests."""
+        if self._llm.errored:
+            return False
+        return bool(await self._llm.engine_core.call_utility_async("has_work"))
+
     async def abort(self, request_id: str) -> None:
         if not self._llm.errored:
             await self._llm.abort(request_id)
@@ -218,10 +232,18 @@ class VllmEngine:
             raise EngineUnavailable(f"the engine of model '{self.name}' is not running")
         p = request.params
         sampling = SamplingParams(
-            max_tokens=p.max_tokens, temperature=p.temperature, top_p=p.top_p, top_k=p.top_k or 0,
-            seed=p.seed, stop=list(p.stop) or None, presence_penalty=p.presence_penalty,
-            frequency_penalty=p.frequency_penalty, repetition_penalty=p.repetition_penalty,
-            min_tokens=p.min_tokens, ignore_eos=p.ignore_eos, output_kind=RequestOutputKind.DELTA,
+            max_tokens=p.max_tokens,
+            temperature=p.temperature,
+            top_p=p.top_p,
+            top_k=p.top_k or 0,
+            seed=p.seed,
+            stop=list(p.stop) or None,
+            presence_penalty=p.presence_penalty,
+            frequency_penalty=p.frequency_penalty,
+            repetition_penalty=p.repetition_penalty,
+            min_tokens=p.min_tokens,
+            ignore_eos=p.ignore_eos,
+            output_kind=RequestOutputKind.DELTA,
         )
         prompt: dict[str, Any] = {"prompt": request.prompt}
         media: dict[str, Any] = {}

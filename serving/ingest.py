@@ -16,8 +16,11 @@ MediaKind = Literal["image", "audio"]
 
 
 class MessageLike(Protocol):
-    role: str
-    content: Any
+    @property
+    def role(self) -> str: ...
+
+    @property
+    def content(self) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -60,8 +63,7 @@ def plan_messages(messages: Sequence[MessageLike], *, max_images: int, max_audio
         content = message.content
         param = f"messages[{i}].content"
         if content is None or (isinstance(content, list) and not content):
-            raise RequestShapeError(f"message {i} ({message.role}) has no content", code="missing_content",
-                                    param=param)
+            raise RequestShapeError(f"message {i} ({message.role}) has no content", code="missing_content", param=param)
         if isinstance(content, str):
             out.append({"role": role, "content": content})
             continue
@@ -71,11 +73,17 @@ def plan_messages(messages: Sequence[MessageLike], *, max_images: int, max_audio
         out.append({"role": role, "content": parts})
     plan = MessagePlan(out, media)
     if plan.count("image") > max_images:
-        raise RequestShapeError(f"the request carries {plan.count('image')} images; at most {max_images} are allowed",
-                                code="too_many_images", param="messages")
+        raise RequestShapeError(
+            f"the request carries {plan.count('image')} images; at most {max_images} are allowed",
+            code="too_many_images",
+            param="messages",
+        )
     if plan.count("audio") > max_audios:
-        raise RequestShapeError(f"the request carries {plan.count('audio')} audio clips; at most {max_audios} "
-                                "is allowed", code="too_many_audio_clips", param="messages")
+        raise RequestShapeError(
+            f"the request carries {plan.count('audio')} audio clips; at most {max_audios} is allowed",
+            code="too_many_audio_clips",
+            param="messages",
+        )
     return plan
 
 
@@ -86,23 +94,30 @@ def _plan_part(part: Any, role: str, param: str, media: list[MediaItem]) -> dict
             raise RequestShapeError("a text part needs `text`", code="invalid_content_part", param=f"{param}.text")
         return {"type": "text", "text": part.text}
     if kind in ("image_url", "input_audio") and role != "user":
-        raise RequestShapeError(f"{kind} parts are only accepted in user messages", code="invalid_content_part",
-                                param=f"{param}.type")
+        raise RequestShapeError(
+            f"{kind} parts are only accepted in user messages", code="invalid_content_part", param=f"{param}.type"
+        )
     if kind == "image_url":
         if part.image_url is None:
-            raise RequestShapeError("an image_url part needs `image_url`", code="invalid_content_part",
-                                    param=f"{param}.image_url")
+            raise RequestShapeError(
+                "an image_url part needs `image_url`", code="invalid_content_part", param=f"{param}.image_url"
+            )
         media.append(MediaItem("image", f"{param}.image_url.url", url=part.image_url.url))
         return {"type": "image"}
     if kind == "input_audio":
         if part.input_audio is None:
-            raise RequestShapeError("an input_audio part needs `input_audio`", code="invalid_content_part",
-                                    param=f"{param}.input_audio")
-        media.append(MediaItem("audio", f"{param}.input_audio", data=part.input_audio.data,
-                               fmt=part.input_audio.format))
+            raise RequestShapeError(
+                "an input_audio part needs `input_audio`", code="invalid_content_part", param=f"{param}.input_audio"
+            )
+        media.append(
+            MediaItem("audio", f"{param}.input_audio", data=part.input_audio.data, fmt=part.input_audio.format)
+        )
         return {"type": "audio"}
-    raise RequestShapeError(f"unknown content part type {kind!r}; expected text, image_url or input_audio",
-                            code="invalid_content_part", param=f"{param}.type")
+    raise RequestShapeError(
+        f"unknown content part type {kind!r}; expected text, image_url or input_audio",
+        code="invalid_content_part",
+        param=f"{param}.type",
+    )
 
 
 class MediaIngest:
@@ -129,7 +144,8 @@ class MediaIngest:
             assert item.url is not None
             raw = await self._images.load_url_bytes(item.url, param=item.param)
             return await loop.run_in_executor(self._pool, lambda: self._images.load_bytes(raw, param=item.param))
-        assert item.data is not None and item.fmt is not None
+        assert item.data is not None
+        assert item.fmt is not None
         data, fmt = item.data, item.fmt
         return await loop.run_in_executor(self._pool, lambda: self._audio.load_base64(data, fmt, param=item.param))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,8 +15,10 @@ def _media_token_ids(hf_config: Any) -> dict[str, int]:
     configs = [getattr(hf_config, "thinker_config", None), hf_config]
     found: dict[str, int] = {}
     for cfg in (c for c in configs if c is not None):
-        for kind, names in (("image", ("image_token_index", "image_token_id")),
-                            ("audio", ("audio_token_index", "audio_token_id"))):
+        for kind, names in (
+            ("image", ("image_token_index", "image_token_id")),
+            ("audio", ("audio_token_index", "audio_token_id")),
+        ):
             for attr in names:
                 value = getattr(cfg, attr, None)
                 if kind not in found and isinstance(value, int):
@@ -43,9 +46,12 @@ class ModelPool:
     created: int = 0
 
     @classmethod
-    def from_engine(cls, name: str, engine: EngineClient, aliases: list[str], created: int) -> ModelPool:
+    def from_engine(
+        cls, name: str, engine: EngineClient, aliases: list[str], created: int, allowed: Sequence[str] | None = None
+    ) -> ModelPool:
         hf = engine.hf_config()
-        return cls(name, engine, aliases, _modalities(hf), _media_token_ids(hf), created)
+        modalities = [m for m in _modalities(hf) if allowed is None or m in allowed or m == "text"]
+        return cls(name, engine, aliases, modalities, _media_token_ids(hf), created)
 
     @property
     def max_model_len(self) -> int:
@@ -53,11 +59,13 @@ class ModelPool:
 
     def render_prompt(self, messages: list[dict[str, Any]]) -> str:
         try:
-            return str(self.engine.tokenizer().apply_chat_template(messages, tokenize=False,
-                                                                   add_generation_prompt=True))
+            return str(
+                self.engine.tokenizer().apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            )
         except Exception as exc:  # template errors are the conversation's shape, e.g. roles out of order
-            raise RequestShapeError(f"the messages do not fit the model's chat template: {exc}",
-                                    code="invalid_messages", param="messages") from exc
+            raise RequestShapeError(
+                f"the messages do not fit the model's chat template: {exc}", code="invalid_messages", param="messages"
+            ) from exc
 
     def count_media_tokens(self, prompt_token_ids: list[int]) -> dict[str, int]:
         """Media tokens in the engine's expanded prompt: exact, from the processor's own placeholders."""

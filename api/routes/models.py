@@ -12,8 +12,13 @@ from serving.pools import ModelPool, PoolRegistry
 
 
 def _card(pool: ModelPool) -> ModelCard:
-    return ModelCard(id=pool.name, created=pool.created, modalities=pool.modalities,
-                     max_model_len=pool.max_model_len, aliases=pool.aliases)
+    return ModelCard(
+        id=pool.name,
+        created=pool.created,
+        modalities=pool.modalities,
+        max_model_len=pool.max_model_len,
+        aliases=pool.aliases,
+    )
 
 
 @get("/v1/models")

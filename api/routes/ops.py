@@ -10,12 +10,22 @@ from api.metrics import ServerMetrics
 from serving.pools import PoolRegistry
 
 
-@get("/health", sync_to_thread=False)
-def health(pools: PoolRegistry) -> Response[dict[str, Any]]:
-    engines = {p.name: "ok" if p.engine.is_healthy() else "dead" for p in pools.pools}
-    ok = all(v == "ok" for v in engines.values())
-    return Response({"status": "ok" if ok else "unavailable", "engines": engines}, status_code=200 if ok else 503,
-                    headers={} if ok else {"retry-after": "10"})
+@get("/health")
+async def health(pools: PoolRegistry) -> Response[dict[str, Any]]:
+    engines: dict[str, Any] = {}
+    for pool in pools.pools:
+        alive = pool.engine.is_healthy()
+        engines[pool.name] = {
+            "status": "ok" if alive else "dead",
+            "unfinished_requests": pool.engine.num_unfinished(),
+            "scheduler_has_requests": await pool.engine.has_work() if alive else False,
+        }
+    ok = all(e["status"] == "ok" for e in engines.values())
+    return Response(
+        {"status": "ok" if ok else "unavailable", "engines": engines},
+        status_code=200 if ok else 503,
+        headers={} if ok else {"retry-after": "10"},
+    )
 
 
 @get("/metrics", sync_to_thread=False)

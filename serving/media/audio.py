@@ -34,8 +34,11 @@ class AudioLoader:
 
     def load_base64(self, data: str, fmt: str, *, param: str) -> LoadedAudio:
         if fmt not in SUPPORTED_FORMATS:
-            raise MediaError(f"audio format {fmt!r} is not supported; use one of {', '.join(SUPPORTED_FORMATS)}",
-                             code="unsupported_audio_format", param=f"{param}.format")
+            raise MediaError(
+                f"audio format {fmt!r} is not supported; use one of {', '.join(SUPPORTED_FORMATS)}",
+                code="unsupported_audio_format",
+                param=f"{param}.format",
+            )
         return self.load_bytes(decode_base64(data, param=f"{param}.data"), fmt, param=f"{param}.data")
 
     def load_bytes(self, raw: bytes, fmt: str, *, param: str) -> LoadedAudio:
@@ -45,8 +48,11 @@ class AudioLoader:
         try:
             info = sf.info(io.BytesIO(raw))
             if info.duration > self._max_seconds + 0.01:
-                raise MediaError(f"the audio lasts {info.duration:.1f}s, over the limit of {self._max_seconds:g}s",
-                                 code="audio_too_long", param=param)
+                raise MediaError(
+                    f"the audio lasts {info.duration:.1f}s, over the limit of {self._max_seconds:g}s",
+                    code="audio_too_long",
+                    param=param,
+                )
             samples, rate = sf.read(io.BytesIO(raw), dtype="float32", always_2d=True)
         except MediaError:
             raise

@@ -53,8 +53,9 @@ class MediaFetcher:
         try:
             return await asyncio.wait_for(self._follow(url, param), timeout=self._policy.timeout_s)
         except TimeoutError as exc:
-            raise MediaError(f"fetching {url} timed out after {self._policy.timeout_s:g}s",
-                             code="media_fetch_failed", param=param) from exc
+            raise MediaError(
+                f"fetching {url} timed out after {self._policy.timeout_s:g}s", code="media_fetch_failed", param=param
+            ) from exc
 
     async def _follow(self, url: str, param: str) -> bytes:
         for _ in range(self._policy.max_redirects + 1):
@@ -65,26 +66,34 @@ class MediaFetcher:
                         url = urljoin(url, response.headers.get("location", ""))
                         continue
                     if response.status_code != 200:
-                        raise MediaError(f"fetching the URL returned HTTP {response.status_code}",
-                                         code="media_fetch_failed", param=param)
+                        raise MediaError(
+                            f"fetching the URL returned HTTP {response.status_code}",
+                            code="media_fetch_failed",
+                            param=param,
+                        )
                     return await self._read_capped(response, param)
             except httpx.HTTPError as exc:
-                raise MediaError(f"fetching the URL failed: {type(exc).__name__}",
-                                 code="media_fetch_failed", param=param) from exc
+                raise MediaError(
+                    f"fetching the URL failed: {type(exc).__name__}", code="media_fetch_failed", param=param
+                ) from exc
         raise MediaError(f"more than {self._policy.max_redirects} redirects", code="media_fetch_failed", param=param)
 
     async def _read_capped(self, response: httpx.Response, param: str) -> bytes:
         declared = response.headers.get("content-length")
         if declared and declared.isdigit() and int(declared) > self._policy.max_bytes:
-            raise MediaError(f"the URL's content is larger than {self._policy.max_bytes} bytes",
-                             code="media_too_large", param=param)
+            raise MediaError(
+                f"the URL's content is larger than {self._policy.max_bytes} bytes", code="media_too_large", param=param
+            )
         chunks: list[bytes] = []
         size = 0
         async for chunk in response.aiter_bytes():
             size += len(chunk)
             if size > self._policy.max_bytes:
-                raise MediaError(f"the URL's content is larger than {self._policy.max_bytes} bytes",
-                                 code="media_too_large", param=param)
+                raise MediaError(
+                    f"the URL's content is larger than {self._policy.max_bytes} bytes",
+                    code="media_too_large",
+                    param=param,
+                )
             chunks.append(chunk)
         return b"".join(chunks)
 
@@ -103,4 +112,6 @@ class MediaFetcher:
             if not self._policy.permits(host, address):
                 raise MediaError(
                     f"refusing to fetch {host!r}: it resolves to a private, loopback or link-local address",
-                    code="invalid_image_url", param=param)
+                    code="invalid_image_url",
+                    param=param,
+                )

