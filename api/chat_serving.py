@@ -89,7 +89,9 @@ class ChatService:
                 code="unsupported_modality",
             )
         if not pool.engine.is_healthy():
-            raise ServiceUnavailable(f"the engine of model '{pool.name}' is not running", retry_after_s=10)
+            raise ServiceUnavailable(
+                f"the engine of model '{pool.name}' is not running", retry_after_s=10, code="engine_unavailable"
+            )
         prepared = await self._ingest.load(plan)
         prompt = pool.render_prompt(prepared.messages)
         params = GenerationParams(

@@ -50,11 +50,9 @@ def parse_chat_request(body: bytes) -> ChatCompletionRequest:
     except ValidationError as exc:
         first = exc.errors()[0]
         param = _param_path(tuple(first["loc"])) or None
-        raise InvalidRequest(
-            f"invalid value for {param or 'the request'}: {first['msg']}",
-            param=param,
-            code="invalid_value" if first["type"] != "missing" else "missing_field",
-        ) from exc
+        missing = first["type"] == "missing"
+        message = f"missing required field '{param}'" if missing else f"invalid value for '{param}': {first['msg']}"
+        raise InvalidRequest(message, param=param, code="missing_field" if missing else "invalid_value") from exc
     unknown = _unknown_fields(req)
     if unknown:
         logger.info("accepted unknown request fields: %s", ", ".join(sorted(unknown)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import time
@@ -112,7 +113,7 @@ class EngineClient(Protocol):
 
     def is_healthy(self) -> bool: ...
 
-    async def has_work(self) -> bool: ...
+    async def has_work(self, wait_s: float = 5.0) -> bool: ...
 
     def num_unfinished(self) -> int: ...
 
@@ -213,11 +214,14 @@ class VllmEngine:
     def num_unfinished(self) -> int:
         return int(self._llm.get_num_unfinished_requests())
 
-    async def has_work(self) -> bool:
+    async def has_work(self, wait_s: float = 5.0) -> bool:
         """Asks the engine core itself whether its scheduler still holds requests."""
         if self._llm.errored:
             return False
-        return bool(await self._llm.engine_core.call_utility_async("has_work"))
+        try:
+            return bool(await asyncio.wait_for(self._llm.engine_core.call_utility_async("has_work"), wait_s))
+        except TimeoutError as exc:
+            raise EngineUnavailable(f"the engine of model '{self.name}' does not answer") from exc
 
     async def abort(self, request_id: str) -> None:
         if not self._llm.errored:
@@ -225,6 +229,7 @@ class VllmEngine:
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineDelta]:
         from vllm import SamplingParams
+        from vllm.exceptions import VLLMClientError
         from vllm.sampling_params import RequestOutputKind
         from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
 
@@ -267,9 +272,11 @@ class VllmEngine:
                 )
         except (EngineDeadError, EngineGenerateError) as exc:
             raise EngineUnavailable(f"the engine of model '{self.name}' failed: {type(exc).__name__}") from exc
-        except ValueError as exc:
+        except (VLLMClientError, ValueError) as exc:
             # vLLM validates the processed prompt (length, media counts) before scheduling it.
-            raise ServingError(str(exc), code="invalid_prompt", param="messages") from exc
+            message = str(exc)
+            code = "context_length_exceeded" if "context length" in message else "invalid_prompt"
+            raise ServingError(message, code=code, param="messages") from exc
 
     def shutdown(self) -> None:
         self._llm.shutdown()

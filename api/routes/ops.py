@@ -7,6 +7,7 @@ from typing import Any
 from litestar import Response, get
 
 from api.metrics import ServerMetrics
+from serving.errors import EngineUnavailable
 from serving.pools import PoolRegistry
 
 
@@ -15,10 +16,16 @@ async def health(pools: PoolRegistry) -> Response[dict[str, Any]]:
     engines: dict[str, Any] = {}
     for pool in pools.pools:
         alive = pool.engine.is_healthy()
+        busy: bool | None = None
+        if alive:
+            try:
+                busy = await pool.engine.has_work(wait_s=2.0)
+            except EngineUnavailable:
+                alive = False
         engines[pool.name] = {
             "status": "ok" if alive else "dead",
             "unfinished_requests": pool.engine.num_unfinished(),
-            "scheduler_has_requests": await pool.engine.has_work() if alive else False,
+            "scheduler_has_requests": busy,
         }
     ok = all(e["status"] == "ok" for e in engines.values())
     return Response(

@@ -1,0 +1,105 @@
+"""Shared fixtures: one live server (real vLLM engines) per test session, started on first use."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+MODELS_DIR = REPO / ".tessera" / "models"
+API_KEY = "sk-test-key"
+MAX_BODY_BYTES = 8 * 1024 * 1024
+STARTUP_TIMEOUT_S = 420
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class LiveServer:
+    base_url: str
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+
+    @property
+    def v1(self) -> str:
+        return self.base_url + "/v1"
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def _wait_healthy(server: LiveServer) -> None:
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if server.proc.poll() is not None:
+            pytest.fail(f"server exited with {server.proc.returncode} during start-up:\n{server.log_tail()}")
+        try:
+            if httpx.get(server.base_url + "/health", timeout=5).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    pytest.fail(f"server not healthy after {STARTUP_TIMEOUT_S}s:\n{server.log_tail()}")
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    data = tmp_path_factory.mktemp("tessera-data")
+    port = free_port()
+    pools = [
+        {"name": "small", "aliases": ["8b"]},
+        # The large pool is limited to text and image here, so the suite covers a pool lacking a modality.
+        {"name": "large", "aliases": ["70b"], "modalities": ["text", "image"]},
+    ]
+    env = {
+        **os.environ,
+        "TESSERA_API_KEY": API_KEY,
+        "TESSERA_PORT": str(port),
+        "TESSERA_DATA_DIR": str(data),
+        "TESSERA_MODELS_DIR": str(MODELS_DIR),
+        "TESSERA_MAX_BODY_BYTES": str(MAX_BODY_BYTES),
+        "TESSERA_FETCH_ALLOW_HOSTS": json.dumps(["localhost"]),
+        "TESSERA_POOLS": json.dumps(pools),
+    }
+    log_path = data / "server.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "api", "serve"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
+        )
+    live = LiveServer(f"http://127.0.0.1:{port}", proc, log_path)
+    try:
+        _wait_healthy(live)
+        yield live
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def client(server: LiveServer):
+    from openai import OpenAI
+
+    return OpenAI(base_url=server.v1, api_key=API_KEY, max_retries=0, timeout=120)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that kill an engine run last, after everything that needs the engines alive."""
+    items.sort(key=lambda item: item.get_closest_marker("destructive") is not None)

@@ -1,0 +1,68 @@
+import json
+import logging
+
+import pytest
+
+from api.errors import InvalidRequest, to_api_error
+from api.parsing import parse_chat_request
+from serving.errors import EngineUnavailable, MediaError
+
+
+def _parse(body):
+    return parse_chat_request(json.dumps(body).encode())
+
+
+def test_unknown_fields_are_accepted_and_logged(caplog):
+    caplog.set_level(logging.INFO, logger="api.parsing")
+    req = _parse(
+        {
+            "model": "small",
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": {}}]}],
+            "logit_bias": {},
+            "service_tier": "auto",
+        }
+    )
+    assert req.model == "small"
+    logged = " ".join(r.getMessage() for r in caplog.records)
+    assert "logit_bias" in logged
+    assert "service_tier" in logged
+    assert "messages[0].content[0].cache_control" in logged
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "code"),
+    [
+        ({"model": "small"}, "messages", "missing_field"),
+        ({"model": "small", "messages": []}, "messages", "invalid_value"),
+        ({"model": "small", "messages": [{"role": "user", "content": "x"}], "temperature": 9}, "temperature", None),
+        ({"model": "small", "messages": [{"role": "robot", "content": "x"}]}, "messages[0].role", None),
+        ({"messages": [{"role": "user", "content": "x"}]}, "model", "missing_field"),
+        ({"model": "small", "messages": [{"role": "user", "content": "x"}], "max_tokens": 0}, "max_tokens", None),
+    ],
+)
+def test_schema_errors_name_the_param(body, param, code):
+    with pytest.raises(InvalidRequest) as exc:
+        _parse(body)
+    assert exc.value.param == param
+    assert exc.value.status_code == 400
+    if code:
+        assert exc.value.code == code
+
+
+def test_invalid_json():
+    with pytest.raises(InvalidRequest) as exc:
+        parse_chat_request(b"{not json")
+    assert exc.value.code == "invalid_json"
+
+
+def test_error_mapping_shapes():
+    err = to_api_error(MediaError("bad", code="invalid_image", param="p"))
+    assert err.body() == {
+        "error": {"message": "bad", "type": "invalid_request_error", "param": "p", "code": "invalid_image"}
+    }
+    unavailable = to_api_error(EngineUnavailable("down", retry_after_s=7))
+    assert unavailable.status_code == 503
+    assert unavailable.headers["retry-after"] == "7"
+    crash = to_api_error(RuntimeError("boom"))
+    assert crash.status_code == 500
+    assert "boom" not in crash.message

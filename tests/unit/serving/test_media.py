@@ -1,0 +1,135 @@
+import asyncio
+import ipaddress
+
+import httpx
+import numpy as np
+import pytest
+
+from serving.errors import MediaError
+from serving.media.audio import AudioLoader
+from serving.media.fetch import FetchPolicy, MediaFetcher
+from serving.media.images import ImageLoader
+from tests import media
+
+
+def _policy(allow: tuple[str, ...] = ()) -> FetchPolicy:
+    return FetchPolicy.build(timeout_s=2, max_bytes=1000, max_redirects=2, allow=allow)
+
+
+def _images() -> ImageLoader:
+    return ImageLoader(max_pixels=10_000_000, fetcher=MediaFetcher(httpx.AsyncClient(), _policy()))
+
+
+def _code(exc: pytest.ExceptionInfo[MediaError]) -> str:
+    return exc.value.code
+
+
+def test_image_hash_ignores_metadata_and_container():
+    img = media.image(3, (64, 48))
+    png = media.png_bytes(img)
+    buf = __import__("io").BytesIO()
+    img.save(buf, "PNG", pnginfo=__import__("PIL.PngImagePlugin").PngImagePlugin.PngInfo())
+    loader = _images()
+    a = loader.load_bytes(png, param="p")
+    b = loader.load_bytes(buf.getvalue(), param="p")
+    c = loader.load_bytes(media.png_bytes(media.image(4, (64, 48))), param="p")
+    assert a.content_hash == b.content_hash
+    assert a.content_hash != c.content_hash
+    assert len(a.content_hash) == 64
+    assert a.size == (64, 48)
+
+
+@pytest.mark.parametrize(
+    ("raw", "code"),
+    [
+        (media.bomb_png(), "image_too_large"),
+        (media.truncated_png(), "invalid_image"),
+        (b"not an image at all", "invalid_image"),
+        (b"", "invalid_image"),
+    ],
+)
+def test_bad_images_are_refused(raw, code):
+    with pytest.raises(MediaError) as exc:
+        _images().load_bytes(raw, param="messages[0].content[0].image_url.url")
+    assert _code(exc) == code
+    assert exc.value.param == "messages[0].content[0].image_url.url"
+
+
+def test_data_url_parsing():
+    loader = _images()
+    raw = media.png_bytes(media.image(0, (8, 8)))
+    assert loader.parse_data_url(media.data_url(raw), param="p") == raw
+    with pytest.raises(MediaError) as exc:
+        loader.parse_data_url("data:image/png;base64,@@@not-base64@@@", param="p")
+    assert _code(exc) == "invalid_base64"
+    with pytest.raises(MediaError) as exc:
+        loader.parse_data_url("data:text/plain;base64,aGVsbG8=", param="p")
+    assert _code(exc) == "invalid_image"
+
+
+@pytest.mark.parametrize(("rate", "fmt"), [(16000, "WAV"), (44100, "WAV"), (22050, "MP3")])
+def test_audio_is_resampled_to_16k(rate, fmt):
+    loader = AudioLoader(target_rate=16000, max_seconds=30)
+    loaded = loader.load_bytes(media.audio_bytes(2.0, rate, fmt), fmt.lower(), param="p")
+    assert loaded.sample_rate == 16000
+    assert loaded.samples.dtype == np.float32
+    assert abs(loaded.seconds - 2.0) < 0.06  # MP3 adds encoder padding
+
+
+def test_audio_refusals():
+    loader = AudioLoader(target_rate=16000, max_seconds=3)
+    with pytest.raises(MediaError) as exc:
+        loader.load_base64(media.audio_b64(), "flac", param="a")
+    assert (_code(exc), exc.value.param) == ("unsupported_audio_format", "a.format")
+    with pytest.raises(MediaError) as exc:
+        loader.load_bytes(b"RIFF....garbage", "wav", param="a")
+    assert _code(exc) == "invalid_audio"
+    with pytest.raises(MediaError) as exc:
+        loader.load_bytes(media.audio_bytes(5.0), "wav", param="a")
+    assert _code(exc) == "audio_too_long"
+    nan = __import__("io").BytesIO()
+    __import__("soundfile").write(nan, np.full(16000, np.nan, dtype=np.float32), 16000, format="WAV", subtype="FLOAT")
+    with pytest.raises(MediaError) as exc:
+        loader.load_bytes(nan.getvalue(), "wav", param="a")
+    assert _code(exc) == "invalid_audio"
+    with pytest.raises(MediaError) as exc:
+        loader.load_base64("***", "wav", param="a")
+    assert (_code(exc), exc.value.param) == ("invalid_base64", "a.data")
+
+
+@pytest.mark.parametrize(
+    ("address", "allowed"),
+    [
+        ("8.8.8.8", True),
+        ("127.0.0.1", False),
+        ("10.1.2.3", False),
+        ("192.168.0.7", False),
+        ("169.254.169.254", False),
+        ("::1", False),
+        ("fe80::1", False),
+        ("224.0.0.1", False),
+    ],
+)
+def test_fetch_policy_refuses_private_targets(address, allowed):
+    assert _policy().permits("example.test", ipaddress.ip_address(address)) is allowed
+
+
+def test_fetch_policy_allow_list_by_host_and_cidr():
+    policy = _policy(("localhost", "10.0.0.0/8"))
+    assert policy.permits("localhost", ipaddress.ip_address("127.0.0.1"))
+    assert not policy.permits("127.0.0.1", ipaddress.ip_address("127.0.0.1"))
+    assert policy.permits("svc", ipaddress.ip_address("10.9.9.9"))
+
+
+def test_fetcher_refuses_loopback_before_connecting():
+    async def run():
+        async with httpx.AsyncClient() as client:
+            fetcher = MediaFetcher(client, _policy())
+            with pytest.raises(MediaError) as exc:
+                await fetcher.fetch("http://127.0.0.1:9/x.png", param="u")
+            assert exc.value.code == "invalid_image_url"
+            with pytest.raises(MediaError) as exc:
+                await fetcher.fetch("ftp://example.com/x.png", param="u")
+            assert exc.value.code == "invalid_image_url"
+
+    asyncio.run(run())
