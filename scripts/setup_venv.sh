@@ -23,10 +23,18 @@ fi
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
 "${PIP[@]}" install -q --upgrade pip
 
-# torch 2.13.0+cpu: from a local wheel where the machine's pip config offers one, else PyTorch's CPU index.
+# torch 2.13.0+cpu: from a local wheel where pip's find-links offer one, else from PyTorch's CPU index.
+has_local_torch=$("$VENV/bin/python" - <<'PY'
+import glob, os, subprocess, sys
+links = os.environ.get("PIP_FIND_LINKS", "").split()
+out = subprocess.run([sys.executable, "-m", "pip", "config", "get", "global.find-links"],
+                     capture_output=True, text=True).stdout
+links += out.split()
+print("yes" if any(glob.glob(os.path.join(d, "torch-2.13.0+cpu-*.whl")) for d in links) else "no")
+PY
+)
 extra=()
-if ! "${PIP[@]}" config list 2>/dev/null | grep -q "find-links" || \
-   ! ls "$("${PIP[@]}" config get global.find-links 2>/dev/null || echo /nonexistent)"/torch-2.13.0+cpu-*.whl >/dev/null 2>&1; then
+if [[ $has_local_torch != yes ]]; then
     extra=(--extra-index-url https://download.pytorch.org/whl/cpu)
 fi
 

@@ -75,6 +75,23 @@ def test_client_disconnect_aborts_the_engine_request(server):
         lambda: _metric(server, "tessera_requests_total", model="small", status="cancelled") == cancelled_before + 1,
         timeout_s=10,
     )
+    assert _wait_for(lambda: _usage_rows(server, "cancelled"), timeout_s=10)
+    row = _usage_rows(server, "cancelled")[-1]
+    assert row["model_variant"] == "small"
+    assert 5 <= row["output_tokens"] < 3500
+    assert row["text_tokens"] > 0
+
+
+def _usage_rows(server, status):
+    """Usage rows the server wrote to its SQLite file, one per request that reached an engine."""
+    import sqlite3
+
+    conn = sqlite3.connect(server.log_path.parent / "tessera.db")
+    conn.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in conn.execute("SELECT * FROM inference_requests WHERE status = ?", (status,))]
+    finally:
+        conn.close()
 
 
 def test_metrics_report_latency_histograms_and_request_mix(server, client):
@@ -89,6 +106,8 @@ def test_metrics_report_latency_histograms_and_request_mix(server, client):
     assert _metric(server, "tessera_requests_total", model="small", modalities="text", status="completed") >= 1
     assert _metric(server, "tessera_engine_up", model="large") == 1
     assert _metric(server, "tessera_engine_kv_cache_blocks", model="small") > 0
+    completed = _usage_rows(server, "completed")
+    assert any(r["request_id"] == resp.id and r["output_tokens"] == resp.usage.completion_tokens for r in completed)
 
 
 def _engine_processes(server):

@@ -1,0 +1,129 @@
+"""Measures start-up, TTFT and decode rate per demo checkpoint for text, image and audio requests.
+
+Starts its own server on a free port (the embedded default's pools), streams each request with the
+openai SDK, and writes medians to JSON:
+
+    .venv/bin/python -m tests.bench.serving_latency --json artifacts/serving_latency.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+from openai import OpenAI
+
+from tests import media
+from tests.conftest import MODELS_DIR, REPO, free_port
+
+KEY = "sk-bench"
+REQUESTS = {
+    "text": [{"type": "text", "text": "Tell me about the sea."}],
+    "image": [
+        {"type": "text", "text": "Describe this image."},
+        {"type": "image_url", "image_url": {"url": media.png_data_url(7)}},
+    ],
+    "audio": [
+        {"type": "text", "text": "What do you hear?"},
+        {"type": "input_audio", "input_audio": {"data": media.audio_b64(2.0), "format": "wav"}},
+    ],
+}
+
+
+def measure(client: OpenAI, model: str, parts: list[dict], max_tokens: int) -> tuple[float, float]:
+    started = time.perf_counter()
+    first = None
+    usage = None
+    for chunk in client.chat.completions.create(
+        model=model,
+        messages=[{"role": "user", "content": parts}],
+        max_tokens=max_tokens,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body={"ignore_eos": True},
+    ):
+        if chunk.choices and chunk.choices[0].delta.content and first is None:
+            first = time.perf_counter()
+        if chunk.usage is not None:
+            usage = chunk.usage
+    end = time.perf_counter()
+    assert first is not None
+    assert usage is not None
+    return first - started, (usage.completion_tokens - 1) / (end - first)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--json", type=Path, required=True)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--max-tokens", type=int, default=32)
+    args = parser.parse_args()
+
+    port = free_port()
+    with tempfile.TemporaryDirectory() as data:
+        env = {
+            **os.environ,
+            "TESSERA_API_KEY": KEY,
+            "TESSERA_PORT": str(port),
+            "TESSERA_DATA_DIR": data,
+            "TESSERA_MODELS_DIR": str(MODELS_DIR),
+        }
+        log = Path(data) / "server.log"
+        started = time.perf_counter()
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "api", "serve"], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT
+            )
+        try:
+            for _ in range(600):
+                if proc.poll() is not None:
+                    raise SystemExit(f"server exited:\n{log.read_text()[-3000:]}")
+                try:
+                    if httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.5)
+            startup_s = time.perf_counter() - started
+            engine_ready = [
+                line.split("serving.engine: ")[1]
+                for line in log.read_text().splitlines()
+                if "serving.engine: engine" in line
+            ]
+            print(f"server ready in {startup_s:.1f}s", flush=True)
+            client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY, max_retries=0, timeout=300)
+            results: dict[str, dict[str, dict[str, float]]] = {}
+            for model in ("small", "large"):
+                for kind, parts in REQUESTS.items():
+                    measure(client, model, parts, 4)  # warm-up
+                    runs = [measure(client, model, parts, args.max_tokens) for _ in range(args.repeats)]
+                    ttft = statistics.median(r[0] for r in runs)
+                    rate = statistics.median(r[1] for r in runs)
+                    results.setdefault(model, {})[kind] = {"ttft_s": round(ttft, 4), "decode_tok_per_s": round(rate, 2)}
+                    print(f"{model:6s} {kind:6s} TTFT {ttft * 1000:7.1f} ms   decode {rate:6.1f} tok/s", flush=True)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+    report = {
+        "server_startup_s": round(startup_s, 1),
+        "engines": engine_ready,
+        "requests": results,
+        "max_tokens": args.max_tokens,
+        "repeats": args.repeats,
+    }
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(report, indent=2))
+    print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()

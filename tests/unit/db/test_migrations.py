@@ -1,0 +1,51 @@
+"""Migrations run upgrade -> downgrade -> upgrade on SQLite and PostgreSQL."""
+
+import uuid
+
+import pytest
+from sqlalchemy import create_engine, inspect, text
+
+from db.session import downgrade, upgrade
+
+PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+
+def _tables(url):
+    engine = create_engine(url)
+    try:
+        return set(inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
+
+
+def _roundtrip(url):
+    upgrade(url)
+    assert "inference_requests" in _tables(url)
+    downgrade(url, "base")
+    assert "inference_requests" not in _tables(url)
+    upgrade(url)
+    assert "inference_requests" in _tables(url)
+
+
+def test_sqlite_roundtrip(tmp_path):
+    _roundtrip(f"sqlite:///{tmp_path / 'm.db'}")
+
+
+@pytest.fixture
+def pg_database():
+    name = f"tessera_mig_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+    except Exception as exc:
+        admin.dispose()
+        pytest.fail(f"PostgreSQL at 127.0.0.1:5432 is required for this test: {exc}")
+    yield PG_ADMIN.rsplit("/", 1)[0] + f"/{name}"
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+def test_postgresql_roundtrip(pg_database):
+    _roundtrip(pg_database)
