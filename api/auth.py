@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 from typing import Any
 
@@ -30,3 +31,9 @@ def api_key_guard(expected: str):  # type: ignore[no-untyped-def]
             raise AuthenticationError("incorrect API key provided")
 
     return guard
+
+
+def key_salt(connection: ASGIConnection[Any, Any, Any, Any]) -> str | None:
+    """Prefix-cache salt of the caller: requests under different keys never share KV blocks."""
+    token = bearer_token(connection)
+    return hashlib.sha256(f"tessera-kv:{token}".encode()).hexdigest()[:32] if token else None

@@ -1,4 +1,4 @@
-"""Chat completion orchestration: resolve the pool, ingest media, run the engine, count usage."""
+"""Chat completion orchestration: hand the request to the pipeline, run the engine, count usage."""
 
 from __future__ import annotations
 
@@ -10,14 +10,13 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
 
-from api.errors import InvalidRequest, ModelNotFound, ServiceUnavailable
+from api.errors import InvalidRequest
 from api.metrics import ServerMetrics, modality_mix
 from api.protocol import ChatCompletionRequest, PromptTokensDetails, Usage
 from api.settings import Settings
 from api.usage_log import UsageLog
-from serving.engine import EngineDelta, EngineRequest, GenerationParams
-from serving.ingest import MediaIngest, plan_messages
-from serving.pools import ModelPool, PoolRegistry
+from serving.engine import EngineDelta, GenerationParams
+from serving.pipeline import Pipeline, PipelineRequest, PreparedRequest
 
 logger = logging.getLogger(__name__)
 
@@ -28,9 +27,7 @@ class Generation:
 
     request_id: str
     created: int
-    pool: ModelPool
-    engine_request: EngineRequest
-    modalities: set[str]
+    prepared: PreparedRequest
     started: float
     prompt_token_ids: list[int] = field(default_factory=list)
     token_ids: list[int] = field(default_factory=list)
@@ -39,15 +36,26 @@ class Generation:
     last_token_at: float | None = None
     finish_reason: str | None = None
 
+    @property
+    def pool(self) -> Any:
+        return self.prepared.pool
+
+    @property
+    def modalities(self) -> set[str]:
+        return self.prepared.modalities
+
     def usage(self) -> Usage:
         media = self.pool.count_media_tokens(self.prompt_token_ids)
         image, audio = media.get("image", 0), media.get("audio", 0)
         prompt = len(self.prompt_token_ids)
+        cached = self.prepared.cached_media_tokens
         details = PromptTokensDetails(
             cached_tokens=self.num_cached_tokens,
             text_tokens=prompt - image - audio,
             image_tokens=image,
             audio_tokens=audio,
+            cached_image_tokens=cached.get("image", 0),
+            cached_audio_tokens=cached.get("audio", 0),
         )
         completion = len(self.token_ids)
         return Usage(
@@ -59,41 +67,19 @@ class Generation:
 
 
 class ChatService:
-    def __init__(
-        self, settings: Settings, pools: PoolRegistry, ingest: MediaIngest, metrics: ServerMetrics, usage_log: UsageLog
-    ) -> None:
+    def __init__(self, settings: Settings, pipeline: Pipeline, metrics: ServerMetrics, usage_log: UsageLog) -> None:
         self._settings = settings
-        self._pools = pools
-        self._ingest = ingest
+        self._pipeline = pipeline
         self._metrics = metrics
         self._usage_log = usage_log
 
-    async def prepare(self, req: ChatCompletionRequest, started: float) -> Generation:
-        pool = self._pools.get(req.model)
-        if pool is None:
-            names = ", ".join(p.name for p in self._pools.pools)
-            raise ModelNotFound(f"the model '{req.model}' does not exist; available: {names}", param="model")
+    async def prepare(self, req: ChatCompletionRequest, started: float, cache_salt: str | None = None) -> Generation:
         if req.n != 1:
             raise InvalidRequest(
                 "only n=1 is supported; send parallel requests for more choices",
                 param="n",
                 code="unsupported_parameter",
             )
-        plan = plan_messages(req.messages, max_images=self._settings.max_images_per_request)
-        missing = plan.modalities - set(pool.modalities)
-        if missing:
-            raise InvalidRequest(
-                f"the model '{pool.name}' does not accept {', '.join(sorted(missing))} input; "
-                f"it accepts {', '.join(pool.modalities)}",
-                param="model",
-                code="unsupported_modality",
-            )
-        if not pool.engine.is_healthy():
-            raise ServiceUnavailable(
-                f"the engine of model '{pool.name}' is not running", retry_after_s=10, code="engine_unavailable"
-            )
-        prepared = await self._ingest.load(plan)
-        prompt = pool.render_prompt(prepared.messages)
         params = GenerationParams(
             max_tokens=req.completion_limit() or self._settings.default_max_tokens,
             temperature=req.temperature,
@@ -108,20 +94,29 @@ class ChatService:
             ignore_eos=req.ignore_eos,
         )
         request_id = f"chatcmpl-{uuid.uuid4().hex}"
-        engine_request = EngineRequest(
-            request_id=request_id,
-            prompt=prompt,
-            images=[img.image for img in prepared.images],
-            audios=[(a.samples, a.sample_rate) for a in prepared.audios],
-            params=params,
-        )
-        return Generation(request_id, int(time.time()), pool, engine_request, plan.modalities, started)
+        try:
+            prepared = await self._pipeline.prepare(
+                PipelineRequest(
+                    request_id=request_id,
+                    model=req.model,
+                    messages=req.messages,
+                    params=params,
+                    priority=req.priority,
+                    allow_degraded=req.allow_degraded,
+                    cache_salt=cache_salt,
+                )
+            )
+        except Exception as exc:
+            self._metrics.refused.labels(getattr(exc, "code", type(exc).__name__)).inc()
+            raise
+        return Generation(request_id, int(time.time()), prepared, started)
 
     async def run(self, gen: Generation) -> AsyncGenerator[EngineDelta, None]:
-        """Drive the engine; on every exit the engine request is finished or aborted and usage is logged."""
+        """Drive the engine; on every exit the engine request is finished or aborted, its KV blocks are
+        released and usage is logged."""
         status = "failed"
         try:
-            async for delta in gen.pool.engine.generate(gen.engine_request):
+            async for delta in gen.pool.engine.generate(gen.prepared.engine_request):
                 self._observe(gen, delta)
                 yield delta
             status = "completed"
@@ -131,7 +126,12 @@ class ChatService:
         finally:
             if gen.finish_reason is None:
                 self._usage_log.spawn(gen.pool.engine.abort(gen.request_id))
+            self._pipeline.release(gen.prepared)
             self._finish(gen, status)
+
+    def discard(self, gen: Generation) -> None:
+        """A prepared request that never reached the engine: give its admission back."""
+        self._pipeline.release(gen.prepared)
 
     def _observe(self, gen: Generation, delta: EngineDelta) -> None:
         now = time.monotonic()
@@ -181,4 +181,12 @@ def finish_reason(reason: str | None) -> str | None:
 
 
 def response_extras(req: ChatCompletionRequest, gen: Generation) -> dict[str, Any]:
-    return {"prompt_token_ids": gen.prompt_token_ids} if req.return_token_ids else {}
+    extras: dict[str, Any] = {}
+    if req.return_token_ids:
+        extras["prompt_token_ids"] = gen.prompt_token_ids
+    if gen.prepared.degraded:
+        extras["degraded"] = {
+            "dropped_modalities": gen.prepared.degraded,
+            "reason": "the encoder pool was unavailable; answered without that media",
+        }
+    return extras

@@ -80,6 +80,8 @@ def to_api_error(exc: BaseException) -> APIError:
     if isinstance(exc, APIError):
         return exc
     if isinstance(exc, ServingError):
+        if exc.code == "model_not_found":
+            return ModelNotFound(exc.message, param=exc.param)
         if exc.unavailable:
             return ServiceUnavailable(exc.message, retry_after_s=exc.retry_after_s, code=exc.code)
         return InvalidRequest(exc.message, param=exc.param, code=exc.code)

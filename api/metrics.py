@@ -8,6 +8,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from serving.cache import EmbeddingCache
 from serving.pools import PoolRegistry
 
 _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0)
@@ -15,8 +16,54 @@ _ITL_BUCKETS = (0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0
 
 
 class _EngineCollector(Collector):
-    def __init__(self, pools: PoolRegistry) -> None:
+    def __init__(self, pools: PoolRegistry, cache: EmbeddingCache | None) -> None:
         self._pools = pools
+        self._cache = cache
+
+    def _pipeline(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        queue = GaugeMetricFamily(
+            "tessera_admission_queue_depth", "Requests waiting for KV capacity.", labels=["model"]
+        )
+        held = GaugeMetricFamily(
+            "tessera_admission_blocks_in_use", "KV blocks held by admitted requests.", labels=["model"]
+        )
+        budget = GaugeMetricFamily(
+            "tessera_admission_blocks_budget", "KV blocks admission may hand out.", labels=["model"]
+        )
+        rejected = CounterMetricFamily("tessera_admission_rejected", "Requests refused for capacity.", labels=["model"])
+        enc_items = CounterMetricFamily("tessera_encoder_items", "Media items encoded.", labels=["model", "kind"])
+        enc_batches = CounterMetricFamily(
+            "tessera_encoder_batches", "Encoder forward passes.", labels=["model", "kind"]
+        )
+        enc_seconds = CounterMetricFamily("tessera_encoder_seconds", "Time spent encoding.", labels=["model", "kind"])
+        enc_fail = CounterMetricFamily(
+            "tessera_encoder_failures", "Encoder failures by reason.", labels=["model", "kind", "reason"]
+        )
+        for pool in self._pools.pools:
+            queue.add_metric([pool.name], pool.admission.queue_depth)
+            held.add_metric([pool.name], pool.admission.in_use)
+            budget.add_metric([pool.name], pool.admission.budget)
+            rejected.add_metric([pool.name], pool.admission.rejected)
+            if pool.vision is not None:
+                st = pool.vision.stats
+                enc_items.add_metric([pool.name, "image"], st.items)
+                enc_batches.add_metric([pool.name, "image"], st.batches)
+                enc_seconds.add_metric([pool.name, "image"], st.seconds)
+                for reason, n in st.failures.items():
+                    enc_fail.add_metric([pool.name, "image", reason], n)
+        yield from (queue, held, budget, rejected, enc_items, enc_batches, enc_seconds, enc_fail)
+        if self._cache is not None:
+            lookups = CounterMetricFamily(
+                "tessera_embedding_cache_lookups", "Embedding cache lookups by outcome.", labels=["kind", "outcome"]
+            )
+            for kind, outcomes in self._cache.stats.by_kind.items():
+                for outcome, n in outcomes.items():
+                    lookups.add_metric([kind, outcome], n)
+            corrupt = CounterMetricFamily("tessera_embedding_cache_corrupt", "Entries found corrupt and replaced.")
+            corrupt.add_metric([], self._cache.stats.corrupt)
+            mem = GaugeMetricFamily("tessera_embedding_cache_memory_bytes", "Bytes in the in-memory tier.")
+            mem.add_metric([], self._cache.memory_bytes())
+            yield from (lookups, corrupt, mem)
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         up = GaugeMetricFamily("tessera_engine_up", "1 while the pool's engine is alive.", labels=["model"])
@@ -42,6 +89,7 @@ class _EngineCollector(Collector):
             blocks.add_metric([pool.name], engine.capacity.num_blocks)
             preempt.add_metric([pool.name], engine.stats.preemptions_total)
         yield from (up, unfinished, running, waiting, kv, blocks, preempt)
+        yield from self._pipeline()
 
 
 class ServerMetrics:
@@ -89,8 +137,8 @@ class ServerMetrics:
             registry=self.registry,
         )
 
-    def attach_pools(self, pools: PoolRegistry) -> None:
-        self.registry.register(_EngineCollector(pools))
+    def attach_pools(self, pools: PoolRegistry, cache: EmbeddingCache | None = None) -> None:
+        self.registry.register(_EngineCollector(pools, cache))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -63,6 +63,11 @@ class ChatCompletionRequest(_Loose):
     repetition_penalty: float = Field(default=1.0, gt=0.0)
     ignore_eos: bool = False
     return_token_ids: bool = False
+    # Tessera's extensions.
+    priority: Literal["interactive", "batch"] = "interactive"
+    allow_degraded: bool = Field(
+        default=False, description="If an encoder pool fails, answer without that media instead of failing (503)."
+    )
 
     def completion_limit(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
@@ -78,6 +83,8 @@ class PromptTokensDetails(BaseModel):
     text_tokens: int = 0
     image_tokens: int = 0
     audio_tokens: int = 0
+    cached_image_tokens: int = 0  # extension: image tokens served from the embedding cache
+    cached_audio_tokens: int = 0  # extension: audio tokens served from the embedding cache
 
 
 class Usage(BaseModel):
@@ -109,6 +116,7 @@ class ChatCompletion(BaseModel):
     usage: Usage
     system_fingerprint: str | None = None
     prompt_token_ids: list[int] | None = None
+    degraded: dict[str, Any] | None = None
 
 
 class Delta(BaseModel):
@@ -132,6 +140,7 @@ class ChatCompletionChunk(BaseModel):
     choices: list[ChunkChoice]
     usage: Usage | None = None
     prompt_token_ids: list[int] | None = None
+    degraded: dict[str, Any] | None = None
 
 
 class ModelCard(BaseModel):

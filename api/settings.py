@@ -30,6 +30,13 @@ class PoolSettings(BaseModel):
     enforce_eager: bool = Field(default=True, description="Skip graph compilation: much faster start-up on CPU.")
     cpu_threads: int = Field(default=1, description="Compute threads of this pool's engine process on CPU.")
     max_num_seqs: int = Field(default=32, description="Most sequences the engine batches at once.")
+    encoder_pools: bool = Field(
+        default=True,
+        description="Encode media in Tessera's pools (micro-batched, cached); off: the engine's own encoders.",
+    )
+    admission: bool = Field(default=True, description="Admit requests by KV blocks before they reach the engine.")
+    kv_headroom_fraction: float = Field(default=0.1, description="KV blocks held back for decode headroom.")
+    strength: int | None = Field(default=None, description="Routing rank for `auto`; unset: the pool's position.")
 
 
 def _default_pools() -> list[PoolSettings]:
@@ -67,6 +74,23 @@ class Settings(BaseSettings):
     fetch_allow_hosts: list[str] = Field(
         default_factory=list,
         description="Hosts or CIDRs that may be fetched although private, loopback or link-local.",
+    )
+    encoder_window_ms: float = Field(default=12.0, description="Micro-batching window of the encoder pools.")
+    encoder_max_batch: int = Field(default=48, description="Most images per encoder forward pass.")
+    embedding_cache: bool = Field(default=True, description="Cache encoder outputs by content hash.")
+    embedding_cache_memory_mib: int = Field(default=256, description="In-memory tier of the embedding cache.")
+    embedding_cache_disk_gib: float = Field(default=4.0, description="File-store tier of the embedding cache.")
+    embedding_cache_ttl_s: float = Field(default=7 * 86400, description="Lifetime of a cached embedding.")
+    embedding_cache_dir: Path | None = Field(
+        default=None, description="File store of the embedding cache. Unset: `embeddings` in `data_dir`."
+    )
+    admission_max_queue: int = Field(default=64, description="Requests that may wait for KV capacity per pool.")
+    admission_max_wait_s: float = Field(default=30.0, description="Longest wait for KV capacity (then 503).")
+    shared_cache_salt: str | None = Field(
+        default=None, description="Prefix-cache salt shared by requests whose media are all pinned references."
+    )
+    pinned_media: list[str] = Field(
+        default_factory=list, description="sha256 content hashes of public reference media (see shared salt)."
     )
     default_max_tokens: int = Field(default=256, description="Completion length when the client sets none.")
     log_level: str = Field(default="INFO", description="Log level of the server.")

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import secrets
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
 
 import httpx
 from sqlalchemy import Engine
@@ -19,12 +20,16 @@ from api.metrics import ServerMetrics
 from api.settings import PoolSettings, Settings
 from api.usage_log import UsageLog
 from db.session import make_engine, upgrade
+from serving.admission import AdmissionController
+from serving.cache import EmbeddingCache
 from serving.demo_models import DEMO_SPECS, build_demo_checkpoints
+from serving.encoders import AudioFeaturePool, VisionEncoderPool, vision_geometry
 from serving.engine import EngineClient, EngineSpec, VllmEngine
 from serving.ingest import MediaIngest
 from serving.media.audio import AudioLoader
 from serving.media.fetch import FetchPolicy, MediaFetcher
 from serving.media.images import ImageLoader
+from serving.pipeline import Pipeline
 from serving.pools import ModelPool, PoolRegistry
 
 logger = logging.getLogger(__name__)
@@ -54,6 +59,7 @@ def resolve_api_key(settings: Settings) -> tuple[str, bool]:
 
 def engine_spec(pool: PoolSettings, model_path: str, max_images: int) -> EngineSpec:
     return EngineSpec(
+        enable_mm_embeds=pool.encoder_pools,
         model=model_path,
         dtype=pool.dtype,
         max_model_len=pool.max_model_len,
@@ -104,7 +110,7 @@ async def build_state(settings: Settings, api_key: str) -> AsyncIterator[AppStat
     await asyncio.to_thread(upgrade, settings.resolved_database_url())
     engines = await start_engines(settings)
     created = int(time.time())
-    pools = PoolRegistry([ModelPool.from_engine(p.name, e, p.aliases, created, p.modalities) for p, e in engines])
+    pools = PoolRegistry([await _build_pool(settings, i, p, e, created) for i, (p, e) in enumerate(engines)])
     http = httpx.AsyncClient(timeout=settings.fetch_timeout_s, headers={"user-agent": "tessera-media-fetch"})
     policy = FetchPolicy.build(
         timeout_s=settings.fetch_timeout_s,
@@ -118,15 +124,38 @@ async def build_state(settings: Settings, api_key: str) -> AsyncIterator[AppStat
         AudioLoader(target_rate=AUDIO_SAMPLE_RATE, max_seconds=settings.max_audio_seconds),
         workers=settings.media_workers,
     )
+    cache = None
+    if settings.embedding_cache:
+        cache = EmbeddingCache(
+            settings.embedding_cache_dir or settings.data_dir / "embeddings",
+            db,
+            memory_bytes=settings.embedding_cache_memory_mib << 20,
+            ttl_s=settings.embedding_cache_ttl_s,
+            disk_bytes=int(settings.embedding_cache_disk_gib * (1 << 30)),
+        )
+        await cache.sweep()
+    pipeline = Pipeline(
+        pools,
+        ingest,
+        cache,
+        max_images=settings.max_images_per_request,
+        pinned_media=set(settings.pinned_media),
+        shared_cache_salt=settings.shared_cache_salt,
+    )
     metrics = ServerMetrics()
-    metrics.attach_pools(pools)
+    metrics.attach_pools(pools, cache)
     usage_log = UsageLog(db)
-    chat = ChatService(settings, pools, ingest, metrics, usage_log)
+    chat = ChatService(settings, pipeline, metrics, usage_log)
     state = AppState(settings, api_key, pools, chat, metrics, ingest, http, db, usage_log)
     try:
         yield state
     finally:
         await usage_log.drain()
+        for pool in pools.pools:
+            if pool.vision is not None:
+                await pool.vision.close()
+            if pool.audio is not None:
+                await pool.audio.close()
         await http.aclose()
         ingest.close()
         for pool in pools.pools:
@@ -134,10 +163,30 @@ async def build_state(settings: Settings, api_key: str) -> AsyncIterator[AppStat
         db.dispose()
 
 
-def provide(attr: str) -> Any:
-    """A Litestar dependency that hands out one field of the state."""
-
-    def _provider(state: Any) -> Any:
-        return getattr(state.tessera, attr)
-
-    return _provider
+async def _build_pool(
+    settings: Settings, index: int, pool: PoolSettings, engine: EngineClient, created: int
+) -> ModelPool:
+    built = ModelPool.from_engine(pool.name, engine, pool.aliases, created, pool.modalities)
+    built.strength = pool.strength if pool.strength is not None else index
+    checkpoint = Path(engine.model_path)
+    if "image" in built.modalities:
+        built.geometry = vision_geometry(checkpoint)
+        if pool.encoder_pools:
+            vision = VisionEncoderPool(
+                checkpoint, window_ms=settings.encoder_window_ms, max_batch=settings.encoder_max_batch
+            )
+            await asyncio.to_thread(vision.load)
+            vision.start()
+            built.vision = vision
+    if "audio" in built.modalities and pool.encoder_pools:
+        built.audio = await asyncio.to_thread(AudioFeaturePool, checkpoint)
+    cap = engine.capacity
+    built.admission = AdmissionController(
+        total_blocks=cap.num_blocks,
+        block_size=cap.block_size,
+        headroom_blocks=math.ceil(cap.num_blocks * pool.kv_headroom_fraction),
+        max_queue=settings.admission_max_queue,
+        max_wait_s=settings.admission_max_wait_s,
+        enabled=pool.admission,
+    )
+    return built

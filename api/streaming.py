@@ -59,7 +59,7 @@ async def complete(chat: ChatService, req: ChatCompletionRequest, gen: Generatio
     )
     data = body.model_dump(mode="json")
     data["choices"] = [_without_none(c, ("token_ids",)) for c in data["choices"]]
-    return Response(_without_none(data, ("prompt_token_ids", "system_fingerprint")))
+    return Response(_without_none(data, ("prompt_token_ids", "system_fingerprint", "degraded")))
 
 
 async def stream(chat: ChatService, req: ChatCompletionRequest, gen: Generation) -> Stream:
@@ -95,7 +95,7 @@ async def _events(
         body["choices"] = [_without_none(c, ("token_ids",)) for c in body["choices"]]
         if not include_usage:
             body.pop("usage")
-        return _sse(_without_none(body, ("prompt_token_ids",)))
+        return _sse(_without_none(body, ("prompt_token_ids", "degraded")))
 
     try:
         yield chunk(Delta(role="assistant", content=""), first_chunk=True)

@@ -30,3 +30,22 @@ class InferenceRequest(SQLModel, table=True):
     ttft_ms: int | None = None
     total_latency_ms: int | None = None
     created_at: datetime = Field(default_factory=utcnow, index=True)
+
+
+class MediaEmbeddingCacheEntry(SQLModel, table=True):
+    """Index of the persistent embedding cache: one row per (media, encoder) pair; tensors live in files."""
+
+    __tablename__ = "media_embedding_cache"
+
+    cache_key: str = Field(primary_key=True, max_length=64)  # sha256(encoder identity, content hash)
+    content_hash: str = Field(max_length=64, index=True)  # full sha256 of the canonical media
+    encoder_id: str = Field(max_length=64)
+    media_kind: str = Field(max_length=8)  # image | audio
+    token_count: int
+    storage_uri: str
+    checksum: str = Field(max_length=64)  # sha256 of the stored tensor bytes
+    size_bytes: int
+    hit_count: int = 0
+    last_hit_at: datetime | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+    expires_at: datetime = Field(index=True)

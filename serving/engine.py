@@ -52,6 +52,7 @@ class EngineSpec:
     max_num_seqs: int = 32
     limit_mm_per_prompt: dict[str, int] = field(default_factory=lambda: {"image": 8, "audio": 1, "video": 0})
     enable_prefix_caching: bool = True
+    enable_mm_embeds: bool = False
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,8 @@ class EngineRequest:
     audios: list[tuple[Any, int]]
     params: GenerationParams
     cache_salt: str | None = None
+    image_embeds: list[Any] | None = None  # ImageEmbedding, in the order of the prompt's image placeholders
+    audio_features: list[Any] | None = None  # AudioFeatures, in the order of the prompt's audio placeholders
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,7 @@ class EngineStats:
 
 class EngineClient(Protocol):
     name: str
+    model_path: str
     capacity: EngineCapacity
     stats: EngineStats
 
@@ -151,11 +155,26 @@ def _stat_logger_factory(stats: EngineStats) -> Any:
     return _Recorder
 
 
+def _audio_feature_input(items: list[Any]) -> dict[str, Any]:
+    import torch
+
+    lengths = torch.tensor([f.frames for f in items], dtype=torch.long)
+    mask = torch.zeros(len(items), int(lengths.max()), dtype=torch.long)
+    for i, n in enumerate(lengths.tolist()):
+        mask[i, :n] = 1
+    return {
+        "input_audio_features": torch.cat([f.features for f in items], dim=1),
+        "audio_feature_lengths": lengths,
+        "feature_attention_mask": mask,
+    }
+
+
 class VllmEngine:
     """One model pool's engine: vLLM's `AsyncLLM`, whose engine core runs in a child process."""
 
-    def __init__(self, name: str, llm: Any, stats: EngineStats) -> None:
+    def __init__(self, name: str, llm: Any, stats: EngineStats, model_path: str) -> None:
         self.name = name
+        self.model_path = model_path
         self._llm = llm
         self.stats = stats
         cache = llm.vllm_config.cache_config
@@ -186,12 +205,13 @@ class VllmEngine:
             max_num_seqs=spec.max_num_seqs,
             limit_mm_per_prompt=spec.limit_mm_per_prompt,
             enable_prefix_caching=spec.enable_prefix_caching,
+            enable_mm_embeds=spec.enable_mm_embeds,
             disable_log_stats=True,
         )
         stats = EngineStats()
         started = time.monotonic()
         llm = AsyncLLM.from_engine_args(args, stat_loggers=[_stat_logger_factory(stats)])
-        engine = cls(name, llm, stats)
+        engine = cls(name, llm, stats, spec.model)
         logger.info(
             "engine %s ready in %.1fs: %d KV blocks of %d tokens, max_model_len %d",
             name,
@@ -252,9 +272,18 @@ class VllmEngine:
         )
         prompt: dict[str, Any] = {"prompt": request.prompt}
         media: dict[str, Any] = {}
-        if request.images:
+        if request.image_embeds:
+            import torch
+
+            media["image"] = {
+                "image_embeds": torch.cat([e.embeds for e in request.image_embeds]),
+                "image_grid_thw": torch.tensor([e.grid_thw for e in request.image_embeds], dtype=torch.long),
+            }
+        elif request.images:
             media["image"] = request.images
-        if request.audios:
+        if request.audio_features:
+            media["audio"] = _audio_feature_input(request.audio_features)
+        elif request.audios:
             media["audio"] = request.audios
         if media:
             prompt["multi_modal_data"] = media

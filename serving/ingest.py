@@ -120,16 +120,37 @@ def _plan_part(part: Any, role: str, param: str, media: list[MediaItem]) -> dict
     )
 
 
+@dataclass(frozen=True)
+class ProbedMedia:
+    """A medium's bytes and what its header says, before any decoding."""
+
+    item: MediaItem
+    raw: bytes
+    width: int = 0
+    height: int = 0
+    seconds: float = 0.0
+
+
 class MediaIngest:
-    """Loads a plan's media on a bounded thread pool, keeping the client's order."""
+    """Loads a plan's media on a bounded thread pool, keeping the client's order.
+
+    `probe` reads only headers (image size, audio duration) so admission can refuse cheaply; `decode`
+    then decodes each medium once.
+    """
 
     def __init__(self, images: ImageLoader, audio: AudioLoader, workers: int) -> None:
         self._images = images
         self._audio = audio
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="media")
 
+    async def probe(self, plan: MessagePlan) -> list[ProbedMedia]:
+        return list(await asyncio.gather(*(self._probe_item(item) for item in plan.media)))
+
+    async def decode(self, probed: list[ProbedMedia]) -> list[LoadedImage | LoadedAudio]:
+        return list(await asyncio.gather(*(self._decode_item(p) for p in probed)))
+
     async def load(self, plan: MessagePlan) -> PreparedPrompt:
-        loaded = await asyncio.gather(*(self._load_item(item) for item in plan.media))
+        loaded = await self.decode(await self.probe(plan))
         prepared = PreparedPrompt(plan.messages)
         for item in loaded:
             if isinstance(item, LoadedImage):
@@ -138,16 +159,32 @@ class MediaIngest:
                 prepared.audios.append(item)
         return prepared
 
-    async def _load_item(self, item: MediaItem) -> LoadedImage | LoadedAudio:
+    async def _probe_item(self, item: MediaItem) -> ProbedMedia:
         loop = asyncio.get_running_loop()
         if item.kind == "image":
             assert item.url is not None
             raw = await self._images.load_url_bytes(item.url, param=item.param)
-            return await loop.run_in_executor(self._pool, lambda: self._images.load_bytes(raw, param=item.param))
+            width, height = await loop.run_in_executor(self._pool, lambda: self._images.probe(raw, param=item.param))
+            return ProbedMedia(item, raw, width=width, height=height)
         assert item.data is not None
         assert item.fmt is not None
         data, fmt = item.data, item.fmt
-        return await loop.run_in_executor(self._pool, lambda: self._audio.load_base64(data, fmt, param=item.param))
+        raw = await loop.run_in_executor(self._pool, lambda: self._audio.decode_base64(data, fmt, param=item.param))
+        seconds = await loop.run_in_executor(
+            self._pool, lambda: self._audio.probe(raw, fmt, param=f"{item.param}.data")
+        )
+        return ProbedMedia(item, raw, seconds=seconds)
+
+    async def _decode_item(self, probed: ProbedMedia) -> LoadedImage | LoadedAudio:
+        loop = asyncio.get_running_loop()
+        item = probed.item
+        if item.kind == "image":
+            return await loop.run_in_executor(self._pool, lambda: self._images.load_bytes(probed.raw, param=item.param))
+        assert item.fmt is not None
+        fmt = item.fmt
+        return await loop.run_in_executor(
+            self._pool, lambda: self._audio.load_bytes(probed.raw, fmt, param=f"{item.param}.data")
+        )
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

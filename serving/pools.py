@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from serving.admission import AdmissionController
+from serving.encoders import AudioFeaturePool, VisionEncoderPool, VisionGeometry
 from serving.engine import EngineClient
 from serving.errors import RequestShapeError
 
@@ -44,6 +46,15 @@ class ModelPool:
     modalities: list[str] = field(default_factory=list)
     media_token_ids: dict[str, int] = field(default_factory=dict)
     created: int = 0
+    strength: int = 0
+    admission: AdmissionController = field(
+        default_factory=lambda: AdmissionController(
+            total_blocks=1 << 30, block_size=1, headroom_blocks=0, enabled=False
+        )
+    )
+    vision: VisionEncoderPool | None = None
+    audio: AudioFeaturePool | None = None
+    geometry: VisionGeometry | None = None
 
     @classmethod
     def from_engine(

@@ -8,6 +8,7 @@ from typing import Any
 from litestar import Request, Response, post
 from litestar.response import Stream
 
+from api.auth import key_salt
 from api.chat_serving import ChatService
 from api.parsing import parse_chat_request
 from api.streaming import complete, stream
@@ -17,5 +18,5 @@ from api.streaming import complete, stream
 async def create_chat_completion(request: Request[Any, Any, Any], chat: ChatService) -> Response[Any] | Stream:
     started = time.monotonic()
     req = parse_chat_request(await request.body())
-    gen = await chat.prepare(req, started)
+    gen = await chat.prepare(req, started, cache_salt=key_salt(request))
     return await (stream(chat, req, gen) if req.stream else complete(chat, req, gen))

@@ -41,6 +41,31 @@ class AudioLoader:
             )
         return self.load_bytes(decode_base64(data, param=f"{param}.data"), fmt, param=f"{param}.data")
 
+    def decode_base64(self, data: str, fmt: str, *, param: str) -> bytes:
+        if fmt not in SUPPORTED_FORMATS:
+            raise MediaError(
+                f"audio format {fmt!r} is not supported; use one of {', '.join(SUPPORTED_FORMATS)}",
+                code="unsupported_audio_format",
+                param=f"{param}.format",
+            )
+        return decode_base64(data, param=f"{param}.data")
+
+    def probe(self, raw: bytes, fmt: str, *, param: str) -> float:
+        """Duration in seconds from the header alone."""
+        import soundfile as sf
+
+        try:
+            info = sf.info(io.BytesIO(raw))
+        except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as exc:
+            raise MediaError(f"the {fmt} audio cannot be decoded: {exc}", code="invalid_audio", param=param) from exc
+        if info.duration > self._max_seconds + 0.01:
+            raise MediaError(
+                f"the audio lasts {info.duration:.1f}s, over the limit of {self._max_seconds:g}s",
+                code="audio_too_long",
+                param=param,
+            )
+        return float(info.duration)
+
     def load_bytes(self, raw: bytes, fmt: str, *, param: str) -> LoadedAudio:
         """Decode and validate; blocking, so callers run it on the media thread pool."""
         import soundfile as sf

@@ -55,6 +55,27 @@ class ImageLoader:
             return self.parse_data_url(url, param=param)
         return await self._fetcher.fetch(url, param=param)
 
+    def probe(self, raw: bytes, *, param: str) -> tuple[int, int]:
+        """Width and height from the header alone, refusing bombs before any pixel is decoded."""
+        if not raw:
+            raise MediaError("the image is empty", code="invalid_image", param=param)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+                with Image.open(io.BytesIO(raw)) as img:
+                    width, height = img.size
+        except Image.DecompressionBombError as exc:
+            raise MediaError("the image expands to too many pixels", code="image_too_large", param=param) from exc
+        except (UnidentifiedImageError, OSError, SyntaxError, ValueError, EOFError) as exc:
+            raise MediaError(f"the image cannot be decoded: {exc}", code="invalid_image", param=param) from exc
+        if width * height > self._max_pixels:
+            raise MediaError(
+                f"the image is {width}x{height} pixels, over the limit of {self._max_pixels}",
+                code="image_too_large",
+                param=param,
+            )
+        return width, height
+
     def load_bytes(self, raw: bytes, *, param: str) -> LoadedImage:
         """Decode and validate; blocking, so callers run it on the media thread pool."""
         if not raw:

@@ -39,6 +39,8 @@ REQUESTS = {
 
 
 def measure(client: OpenAI, model: str, parts: list[dict], max_tokens: int) -> tuple[float, float]:
+    # A fresh first line per request, so no repeat is served from the engine's prefix cache.
+    parts = [{"type": "text", "text": f"Request {time.perf_counter_ns()}."}, *parts]
     started = time.perf_counter()
     first = None
     usage = None

@@ -10,8 +10,10 @@ from api.metrics import ServerMetrics
 from api.parsing import parse_chat_request
 from api.settings import Settings
 from api.streaming import stream
+from serving.admission import Ticket
 from serving.engine import EngineCapacity, EngineDelta, EngineRequest, EngineStats, GenerationParams
 from serving.errors import EngineUnavailable
+from serving.pipeline import Pipeline, PreparedRequest
 from serving.pools import ModelPool, PoolRegistry
 
 
@@ -79,7 +81,8 @@ def _deltas():
 def _service(engine):
     pool = ModelPool("stub", engine, modalities=["text", "image"], media_token_ids={"image": 99})
     log = NullUsageLog()
-    return ChatService(Settings(), PoolRegistry([pool]), None, ServerMetrics(), log), log
+    pipeline = Pipeline(PoolRegistry([pool]), None, None, max_images=8)
+    return ChatService(Settings(), pipeline, ServerMetrics(), log), log
 
 
 async def _collect(engine, **body):
@@ -87,9 +90,9 @@ async def _collect(engine, **body):
     req = parse_chat_request(
         json.dumps({"model": "stub", "messages": [{"role": "user", "content": "hi"}], "stream": True, **body}).encode()
     )
-    gen = Generation(
-        "req-1", 0, chat._pools.pools[0], EngineRequest("req-1", "p", [], [], GenerationParams(8)), {"text"}, 0.0
-    )
+    pool = chat._pipeline._pools.pools[0]
+    request = EngineRequest("req-1", "p", [], [], GenerationParams(8))
+    gen = Generation("req-1", 0, PreparedRequest(pool, request, Ticket(0), {"text"}, "explicit", 0, []), 0.0)
     response = await stream(chat, req, gen)
     events = [e async for e in response.iterator]
     await asyncio.sleep(0)
@@ -115,6 +118,8 @@ def test_stream_chunks_and_usage():
         "text_tokens": 2,
         "image_tokens": 2,
         "audio_tokens": 0,
+        "cached_image_tokens": 0,
+        "cached_audio_tokens": 0,
     }
     assert usage["completion_tokens"] == 3
     assert log.records[0][4] == "completed"

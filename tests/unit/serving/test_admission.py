@@ -1,0 +1,96 @@
+import asyncio
+
+import pytest
+
+from serving.admission import AdmissionController, AdmissionRejected, RequestTooLarge
+
+
+def _ctl(**kw):
+    args = {"total_blocks": 10, "block_size": 16, "headroom_blocks": 2, "max_queue": 4, "max_wait_s": 5.0}
+    args.update(kw)
+    return AdmissionController(**args)
+
+
+def test_block_arithmetic():
+    ctl = _ctl()
+    assert ctl.budget == 8
+    assert ctl.blocks_for(1) == 1
+    assert ctl.blocks_for(16) == 1
+    assert ctl.blocks_for(17) == 2
+    with pytest.raises(RequestTooLarge):
+        asyncio.run(ctl.acquire(16 * 8 + 1))
+
+
+def test_waiters_served_by_priority_then_cost():
+    async def run():
+        ctl = _ctl()
+        held = await ctl.acquire(16 * 8)  # the whole budget
+        order: list[str] = []
+
+        async def want(name, tokens, priority):
+            ticket = await ctl.acquire(tokens, priority)
+            order.append(name)
+            return ticket
+
+        tasks = [
+            asyncio.create_task(want("batch-small", 16, "batch")),
+            asyncio.create_task(want("inter-big", 16 * 3, "interactive")),
+            asyncio.create_task(want("inter-small", 16, "interactive")),
+        ]
+        await asyncio.sleep(0.01)
+        assert ctl.queue_depth == 3
+        ctl.release(held)
+        tickets = await asyncio.gather(*tasks)
+        assert order == ["inter-small", "inter-big", "batch-small"]
+        assert ctl.in_use == 5
+        for t in tickets:
+            ctl.release(t)
+            ctl.release(t)  # releasing twice is harmless
+        assert ctl.in_use == 0
+
+    asyncio.run(run())
+
+
+def test_queue_is_bounded_in_count_and_time():
+    async def run():
+        ctl = _ctl(max_queue=1, max_wait_s=0.05)
+        held = await ctl.acquire(16 * 8)
+        waiter = asyncio.create_task(ctl.acquire(16))
+        await asyncio.sleep(0.01)
+        with pytest.raises(AdmissionRejected) as full:
+            await ctl.acquire(16)
+        assert full.value.retry_after_s >= 1
+        with pytest.raises(AdmissionRejected):
+            await waiter  # timed out
+        assert ctl.in_use == 8
+        ctl.release(held)
+        assert ctl.in_use == 0
+
+    asyncio.run(run())
+
+
+def test_cancelled_waiter_never_leaks_blocks():
+    async def run():
+        ctl = _ctl()
+        held = await ctl.acquire(16 * 8)
+        waiter = asyncio.create_task(ctl.acquire(16 * 2))
+        await asyncio.sleep(0.01)
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        ctl.release(held)
+        assert ctl.in_use == 0
+        again = await ctl.acquire(16 * 8)
+        assert again.blocks == 8
+
+    asyncio.run(run())
+
+
+def test_disabled_admission_admits_everything():
+    async def run():
+        ctl = _ctl(enabled=False)
+        tickets = [await ctl.acquire(16 * 8) for _ in range(5)]
+        assert ctl.in_use == 0
+        assert all(t.blocks == 0 for t in tickets)
+
+    asyncio.run(run())

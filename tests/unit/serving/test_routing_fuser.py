@@ -1,0 +1,91 @@
+import asyncio
+import random
+
+import pytest
+
+from api.protocol import ChatMessage
+from serving.fuser import in_client_order, prefix_hashes, segments_of
+from serving.ingest import plan_messages
+from serving.routing import ModalityUnsupported, PoolView, RouteRequest, UnknownModel, route
+
+SMALL = PoolView("small", ["8b"], ["text", "image", "audio"], 0, lambda: 1.0)
+LARGE = PoolView("large", ["70b"], ["text", "image"], 1, lambda: 1.0)
+
+
+def _req(model="auto", modalities=("text",), tokens=50, text="hi"):
+    return RouteRequest(model, set(modalities), tokens, text)
+
+
+def test_explicit_names_and_aliases():
+    assert route(_req("70b"), [SMALL, LARGE])[0] == "large"
+    assert route(_req("small"), [SMALL, LARGE]) == ("small", "explicit")
+    with pytest.raises(UnknownModel):
+        route(_req("gpt-9"), [SMALL, LARGE])
+
+
+def test_explicit_pool_lacking_a_modality_is_refused():
+    with pytest.raises(ModalityUnsupported) as exc:
+        route(_req("large", ("text", "audio")), [SMALL, LARGE])
+    assert exc.value.param == "model"
+
+
+def test_auto_never_picks_a_pool_lacking_a_modality():
+    name, _ = route(_req(modalities=("text", "audio"), tokens=5000, text="explain why"), [SMALL, LARGE])
+    assert name == "small"
+
+
+def test_auto_sends_simple_to_small_and_complex_or_long_to_large():
+    assert route(_req(text="hello there"), [SMALL, LARGE])[0] == "small"
+    assert route(_req(text="Explain step by step why the sky is blue"), [SMALL, LARGE])[0] == "large"
+    assert route(_req(tokens=4000), [SMALL, LARGE])[0] == "large"
+
+
+def test_auto_moves_away_from_a_saturated_pool():
+    busy_large = PoolView("large", [], ["text", "image"], 1, lambda: 0.0)
+    name, reason = route(_req(text="explain this"), [SMALL, busy_large])
+    assert name == "small"
+    assert "saturated" in reason
+
+
+def _plan():
+    img = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}}
+    msgs = [
+        ChatMessage.model_validate(
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "compare"}, img, {"type": "text", "text": "and"}, img],
+            }
+        )
+    ]
+    return plan_messages(msgs, max_images=4)
+
+
+def test_results_return_in_client_order_whatever_finishes_first():
+    async def run():
+        async def encode(i):
+            await asyncio.sleep(random.random() / 100)
+            return f"emb-{i}"
+
+        done: dict[int, str] = {}
+        tasks = {asyncio.create_task(encode(i)): i for i in range(6)}
+        for fut in asyncio.as_completed(list(tasks)):
+            value = await fut
+            done[int(value.split("-")[1])] = value
+        return in_client_order(done, 6)
+
+    random.seed(3)
+    assert asyncio.run(run()) == [f"emb-{i}" for i in range(6)]
+    with pytest.raises(ValueError, match="no encoder result"):
+        in_client_order({0: "a"}, 2)
+
+
+def test_prefix_hashes_chain_over_segments():
+    plan = _plan()
+    a = prefix_hashes(segments_of(plan, ["k1", "k2"]))
+    b = prefix_hashes(segments_of(plan, ["k1", "k3"]))
+    swapped = prefix_hashes(segments_of(plan, ["k2", "k1"]))
+    assert len(a) == 5  # role header, text, image, text, image
+    assert a[:4] == b[:4]
+    assert a[4] != b[4]
+    assert swapped[2] != a[2]
+    assert len(set(a)) == len(a)
