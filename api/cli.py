@@ -109,6 +109,9 @@ def main(argv: list[str] | None = None) -> None:
     demo.add_argument("names", nargs="*", help="Which demo checkpoints (default: all).")
     demo.add_argument("--force", action="store_true", help="Rebuild even if present.")
     demo.add_argument("--data-dir", type=Path, help="Data directory (TESSERA_DATA_DIR, default .tessera).")
+    bench = sub.add_parser("bench", help="Benchmarks.").add_subparsers(dest="bench_command", required=True)
+    pipe = bench.add_parser("pipeline", help="Encoder pools, embedding cache and admission vs the plain path.")
+    pipe.add_argument("--json", type=Path, required=True, help="Where to write the results.")
     args = parser.parse_args(argv)
     command = args.command or "serve"
     if command == "serve":
@@ -120,3 +123,8 @@ def main(argv: list[str] | None = None) -> None:
     elif command == "models":
         _configure_logging("INFO")
         build_demo(args)
+    elif command == "bench":
+        from api.bench import run_pipeline_bench
+
+        _configure_logging("WARNING")
+        run_pipeline_bench(args.json, Settings())
