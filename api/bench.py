@@ -316,10 +316,14 @@ def admission(models_dir: Path, progress: Progress, burst: int = 24, text_stream
             before = _metric(base, "tessera_engine_preemptions_total")
             alone, under = asyncio.run(go(base))
             preemptions = _metric(base, "tessera_engine_preemptions_total") - before
+            pre_engine = _metric(base, "tessera_pre_engine_seconds_sum") / max(
+                1.0, _metric(base, "tessera_pre_engine_seconds_count")
+            )
         ratio = _p99(under) / _p99(alone)
         progress(
             f"  admission {label}: {preemptions:.0f} preemptions; text p99 TTFT {_p99(alone) * 1000:.0f} ms "
-            f"alone, {_p99(under) * 1000:.0f} ms under the burst (x{ratio:.2f})"
+            f"alone, {_p99(under) * 1000:.0f} ms under the burst (x{ratio:.2f}); mean pre-engine time "
+            f"{pre_engine * 1000:.0f} ms"
         )
         result[f"preemptions_{label}"] = int(preemptions)
         result[f"text_p99_ttft_burst_ratio_{label}"] = round(ratio, 3)

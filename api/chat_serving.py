@@ -35,6 +35,18 @@ class Generation:
     first_token_at: float | None = None
     last_token_at: float | None = None
     finish_reason: str | None = None
+    submitted: float = 0.0  # when the request left the pipeline for the engine
+
+    def timing_headers(self) -> dict[str, str]:
+        """Where the time went before the response started, for clients and load tests."""
+        headers = {
+            "x-tessera-model": self.pool.name,
+            "x-tessera-route": self.prepared.route_reason,
+            "x-tessera-pre-engine-ms": str(int((self.submitted - self.started) * 1000)),
+        }
+        if self.first_token_at is not None:
+            headers["x-tessera-engine-ttft-ms"] = str(int((self.first_token_at - self.submitted) * 1000))
+        return headers
 
     @property
     def pool(self) -> Any:
@@ -109,7 +121,9 @@ class ChatService:
         except Exception as exc:
             self._metrics.refused.labels(getattr(exc, "code", type(exc).__name__)).inc()
             raise
-        return Generation(request_id, int(time.time()), prepared, started)
+        now = time.monotonic()
+        self._metrics.pre_engine.labels(prepared.pool.name).observe(now - started)
+        return Generation(request_id, int(time.time()), prepared, started, submitted=now)
 
     async def run(self, gen: Generation) -> AsyncGenerator[EngineDelta, None]:
         """Drive the engine; on every exit the engine request is finished or aborted, its KV blocks are

@@ -118,6 +118,13 @@ class ServerMetrics:
             buckets=_LATENCY_BUCKETS,
             registry=self.registry,
         )
+        self.pre_engine = Histogram(
+            "tessera_pre_engine_seconds",
+            "Time from receipt to engine submission: parse, media, admission, encoders.",
+            ["model"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
         self.requests = Counter(
             "tessera_requests",
             "Chat completion requests by model, modality mix and outcome.",

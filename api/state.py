@@ -169,6 +169,9 @@ async def _build_pool(
     built = ModelPool.from_engine(pool.name, engine, pool.aliases, created, pool.modalities)
     built.strength = pool.strength if pool.strength is not None else index
     checkpoint = Path(engine.model_path)
+    from transformers import AutoTokenizer
+
+    built.own_tokenizer = await asyncio.to_thread(AutoTokenizer.from_pretrained, checkpoint)
     if "image" in built.modalities:
         built.geometry = vision_geometry(checkpoint)
         if pool.encoder_pools:

@@ -59,7 +59,9 @@ async def complete(chat: ChatService, req: ChatCompletionRequest, gen: Generatio
     )
     data = body.model_dump(mode="json")
     data["choices"] = [_without_none(c, ("token_ids",)) for c in data["choices"]]
-    return Response(_without_none(data, ("prompt_token_ids", "system_fingerprint", "degraded")))
+    return Response(
+        _without_none(data, ("prompt_token_ids", "system_fingerprint", "degraded")), headers=gen.timing_headers()
+    )
 
 
 async def stream(chat: ChatService, req: ChatCompletionRequest, gen: Generation) -> Stream:
@@ -72,7 +74,11 @@ async def stream(chat: ChatService, req: ChatCompletionRequest, gen: Generation)
     except BaseException:
         await deltas.aclose()
         raise
-    return Stream(_events(req, gen, first, deltas), media_type="text/event-stream", headers=SSE_HEADERS)
+    return Stream(
+        _events(req, gen, first, deltas),
+        media_type="text/event-stream",
+        headers={**SSE_HEADERS, **gen.timing_headers()},
+    )
 
 
 async def _events(

@@ -3,8 +3,10 @@
 The budget is the engine's real KV capacity (blocks x block size) minus a reserved decode headroom. A
 request holds ceil((fused prompt + max_tokens) / block size) blocks from admission until it leaves the
 engine, so the sum of what the engine is asked to hold never exceeds what it has, and it never needs to
-preempt. Waiting requests are served by priority class first, then cheapest first; the wait queue is
-bounded in length and in time.
+preempt. Waiting requests are served by priority class first, then cheapest first, and a cheap request may
+use room that the next costlier one cannot; the wait queue is bounded in length and in time, which
+also bounds how long a large request can be passed over. Batch-class requests may hold at most a share
+of the budget (75% by default), so interactive requests never wait behind a batch burst.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class RequestTooLarge(ServingError):
 @dataclass
 class Ticket:
     blocks: int
+    priority: int = 0
     released: bool = False
 
 
@@ -58,9 +61,13 @@ class AdmissionController:
         max_queue: int = 64,
         max_wait_s: float = 30.0,
         enabled: bool = True,
+        batch_share: float = 0.75,
     ) -> None:
         self.block_size = block_size
         self.budget = max(1, total_blocks - headroom_blocks)
+        # Batch-class work may hold at most this share, so interactive requests always find room quickly.
+        self.batch_budget = max(1, int(self.budget * batch_share))
+        self.batch_in_use = 0
         self.max_queue = max_queue
         self.max_wait_s = max_wait_s
         self.enabled = enabled
@@ -85,13 +92,14 @@ class AdmissionController:
         blocks = self.blocks_for(tokens)
         if not self.enabled:
             return Ticket(0)
-        if blocks > self.budget:
+        if blocks > (self.budget if PRIORITIES.get(priority, 0) == 0 else self.batch_budget):
             raise RequestTooLarge(
                 f"the request needs {blocks} KV blocks ({tokens} tokens); this model admits at "
                 f"most {self.budget} blocks ({self.budget * self.block_size} tokens)"
             )
-        if not self._waiting and self.in_use + blocks <= self.budget:
-            return self._grant(blocks)
+        rank = PRIORITIES.get(priority, 0)
+        if not self._waiting and self._fits(blocks, rank):
+            return self._grant(blocks, rank)
         if self.queue_depth >= self.max_queue:
             self.rejected += 1
             raise AdmissionRejected(
@@ -101,6 +109,7 @@ class AdmissionController:
             PRIORITIES.get(priority, 0), blocks, next(self._seq), asyncio.get_running_loop().create_future()
         )
         heapq.heappush(self._waiting, waiter)
+        self._wake()  # it may outrank everyone waiting, and fit now
         try:
             return await asyncio.wait_for(asyncio.shield(waiter.future), self.max_wait_s)
         except TimeoutError:
@@ -122,23 +131,35 @@ class AdmissionController:
             return
         ticket.released = True
         self.in_use -= ticket.blocks
+        if ticket.priority > 0:
+            self.batch_in_use -= ticket.blocks
         self._wake()
 
-    def _grant(self, blocks: int) -> Ticket:
+    def _fits(self, blocks: int, rank: int) -> bool:
+        if self.in_use + blocks > self.budget:
+            return False
+        return rank == 0 or self.batch_in_use + blocks <= self.batch_budget
+
+    def _grant(self, blocks: int, rank: int = 0) -> Ticket:
         self.in_use += blocks
+        if rank > 0:
+            self.batch_in_use += blocks
         self.admitted += 1
-        return Ticket(blocks)
+        return Ticket(blocks, rank)
 
     def _wake(self) -> None:
+        """Grant waiters in (priority, cost) order; a cheaper one may use room a costlier one cannot."""
+        self._waiting = [w for w in self._waiting if not w.future.done()]
+        heapq.heapify(self._waiting)
+        keep: list[_Waiter] = []
         while self._waiting:
-            head = self._waiting[0]
-            if head.future.done():
-                heapq.heappop(self._waiting)
-                continue
-            if self.in_use + head.blocks > self.budget:
-                return
-            heapq.heappop(self._waiting)
-            head.future.set_result(self._grant(head.blocks))
+            waiter = heapq.heappop(self._waiting)
+            if self._fits(waiter.blocks, waiter.priority):
+                waiter.future.set_result(self._grant(waiter.blocks, waiter.priority))
+            else:
+                keep.append(waiter)
+        self._waiting = keep
+        heapq.heapify(self._waiting)
 
     def _retry_after(self) -> float:
         return max(1.0, min(self.max_wait_s, 2.0 + self.queue_depth * 0.5))

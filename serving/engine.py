@@ -78,6 +78,7 @@ class EngineRequest:
     audios: list[tuple[Any, int]]
     params: GenerationParams
     cache_salt: str | None = None
+    priority: int = 0  # lower runs first in the engine's scheduler
     image_embeds: list[Any] | None = None  # ImageEmbedding, in the order of the prompt's image placeholders
     audio_features: list[Any] | None = None  # AudioFeatures, in the order of the prompt's audio placeholders
 
@@ -206,6 +207,7 @@ class VllmEngine:
             limit_mm_per_prompt=spec.limit_mm_per_prompt,
             enable_prefix_caching=spec.enable_prefix_caching,
             enable_mm_embeds=spec.enable_mm_embeds,
+            scheduling_policy="priority",
             disable_log_stats=True,
         )
         stats = EngineStats()
@@ -290,7 +292,9 @@ class VllmEngine:
         if request.cache_salt:
             prompt["cache_salt"] = request.cache_salt
         try:
-            async for out in self._llm.generate(prompt, sampling, request_id=request.request_id):
+            async for out in self._llm.generate(
+                prompt, sampling, request_id=request.request_id, priority=request.priority
+            ):
                 completion = out.outputs[0]
                 yield EngineDelta(
                     text=completion.text,

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from serving.admission import Ticket
+from serving.admission import PRIORITIES, Ticket
 from serving.cache import CachedEmbedding, EmbeddingCache, cache_key
 from serving.encoders import AudioFeatures, EncoderFailure, ImageEmbedding, audio_tokens_for
 from serving.engine import EngineRequest, GenerationParams
@@ -142,6 +142,7 @@ class Pipeline:
             cache_salt=salt,
             image_embeds=embeds,
             audio_features=features,
+            priority=PRIORITIES.get(r.priority, 0),
         )
         return PreparedRequest(
             pool,
@@ -209,7 +210,7 @@ class Pipeline:
 
     def _estimate(self, pool: ModelPool, prompt: str, probed: list[ProbedMedia]) -> int:
         """Fused prompt tokens from the template and the media headers, before any media is decoded."""
-        tokens = len(pool.engine.tokenizer().encode(prompt, add_special_tokens=False)) - len(probed)
+        tokens = len(pool.tokenizer().encode(prompt, add_special_tokens=False)) - len(probed)
         for p in probed:
             if p.item.kind == "image":
                 tokens += pool.geometry.tokens_for(p.width, p.height) if pool.geometry else 0

@@ -54,6 +54,13 @@ class ModelPool:
     )
     vision: VisionEncoderPool | None = None
     audio: AudioFeaturePool | None = None
+    # Tessera's own copy: the engine's tokenizer is a pool its input threads borrow from, and borrowing
+    # it on the event loop would block every request while the engine is busy.
+    own_tokenizer: Any = None
+
+    def tokenizer(self) -> Any:
+        return self.own_tokenizer if self.own_tokenizer is not None else self.engine.tokenizer()
+
     geometry: VisionGeometry | None = None
 
     @classmethod
@@ -70,9 +77,7 @@ class ModelPool:
 
     def render_prompt(self, messages: list[dict[str, Any]]) -> str:
         try:
-            return str(
-                self.engine.tokenizer().apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-            )
+            return str(self.tokenizer().apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
         except Exception as exc:  # template errors are the conversation's shape, e.g. roles out of order
             raise RequestShapeError(
                 f"the messages do not fit the model's chat template: {exc}", code="invalid_messages", param="messages"

@@ -94,3 +94,22 @@ def test_disabled_admission_admits_everything():
         assert all(t.blocks == 0 for t in tickets)
 
     asyncio.run(run())
+
+
+def test_batch_class_cannot_crowd_out_interactive_requests():
+    async def run():
+        ctl = _ctl(batch_share=0.5)  # budget 8 blocks, batch may hold 4
+        batch = [await ctl.acquire(16 * 2, "batch") for _ in range(2)]
+        assert ctl.batch_in_use == 4
+        blocked = asyncio.create_task(ctl.acquire(16, "batch"))
+        await asyncio.sleep(0.01)
+        assert not blocked.done()
+        interactive = await asyncio.wait_for(ctl.acquire(16 * 3, "interactive"), 1)
+        assert ctl.in_use == 7
+        ctl.release(batch[0])
+        third = await asyncio.wait_for(blocked, 1)
+        for t in (batch[1], interactive, third):
+            ctl.release(t)
+        assert (ctl.in_use, ctl.batch_in_use) == (0, 0)
+
+    asyncio.run(run())
