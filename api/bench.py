@@ -162,7 +162,8 @@ def _free_port() -> int:
 
 
 @contextmanager
-def live_server(models_dir: Path, pool: dict[str, Any], progress: Progress) -> Iterator[str]:
+def live_server(models_dir: Path, pool: dict[str, Any] | list[dict[str, Any]], progress: Progress) -> Iterator[str]:
+    pools = pool if isinstance(pool, list) else [pool]
     port = _free_port()
     with tempfile.TemporaryDirectory() as data:
         env = {
@@ -171,7 +172,7 @@ def live_server(models_dir: Path, pool: dict[str, Any], progress: Progress) -> I
             "TESSERA_PORT": str(port),
             "TESSERA_DATA_DIR": data,
             "TESSERA_MODELS_DIR": str(models_dir),
-            "TESSERA_POOLS": json.dumps([pool]),
+            "TESSERA_POOLS": json.dumps(pools),
             "TESSERA_LOG_LEVEL": "WARNING",
         }
         log = Path(data) / "server.log"
@@ -193,9 +194,9 @@ def live_server(models_dir: Path, pool: dict[str, Any], progress: Progress) -> I
                 time.sleep(0.5)
             else:
                 raise RuntimeError("bench server did not become healthy in 300 s")
-            progress(
-                f"  server up: pool {pool['name']} ({', '.join(f'{k}={v}' for k, v in pool.items() if k != 'name')})"
-            )
+            for p in pools:
+                settings = ", ".join(f"{k}={v}" for k, v in p.items() if k != "name")
+                progress(f"  server up: pool {p['name']} ({settings})")
             yield base
         finally:
             proc.terminate()

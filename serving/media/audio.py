@@ -33,13 +33,7 @@ class AudioLoader:
         self._max_seconds = max_seconds
 
     def load_base64(self, data: str, fmt: str, *, param: str) -> LoadedAudio:
-        if fmt not in SUPPORTED_FORMATS:
-            raise MediaError(
-                f"audio format {fmt!r} is not supported; use one of {', '.join(SUPPORTED_FORMATS)}",
-                code="unsupported_audio_format",
-                param=f"{param}.format",
-            )
-        return self.load_bytes(decode_base64(data, param=f"{param}.data"), fmt, param=f"{param}.data")
+        return self.load_bytes(self.decode_base64(data, fmt, param=param), fmt, param=f"{param}.data")
 
     def decode_base64(self, data: str, fmt: str, *, param: str) -> bytes:
         if fmt not in SUPPORTED_FORMATS:
@@ -70,17 +64,9 @@ class AudioLoader:
         """Decode and validate; blocking, so callers run it on the media thread pool."""
         import soundfile as sf
 
+        self.probe(raw, fmt, param=param)  # header checks first: never decode an over-long clip
         try:
-            info = sf.info(io.BytesIO(raw))
-            if info.duration > self._max_seconds + 0.01:
-                raise MediaError(
-                    f"the audio lasts {info.duration:.1f}s, over the limit of {self._max_seconds:g}s",
-                    code="audio_too_long",
-                    param=param,
-                )
             samples, rate = sf.read(io.BytesIO(raw), dtype="float32", always_2d=True)
-        except MediaError:
-            raise
         except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as exc:
             raise MediaError(f"the {fmt} audio cannot be decoded: {exc}", code="invalid_audio", param=param) from exc
         mono = samples.mean(axis=1)

@@ -10,21 +10,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 
-import httpx
 from openai import OpenAI
 
+from api.bench import KEY, live_server
 from tests import media
-from tests.conftest import MODELS_DIR, REPO, free_port
+from tests.conftest import MODELS_DIR
 
-KEY = "sk-bench"
 REQUESTS = {
     "text": [{"type": "text", "text": "Tell me about the sea."}],
     "image": [
@@ -70,54 +65,24 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=32)
     args = parser.parse_args()
 
-    port = free_port()
-    with tempfile.TemporaryDirectory() as data:
-        env = {
-            **os.environ,
-            "TESSERA_API_KEY": KEY,
-            "TESSERA_PORT": str(port),
-            "TESSERA_DATA_DIR": data,
-            "TESSERA_MODELS_DIR": str(MODELS_DIR),
-        }
-        log = Path(data) / "server.log"
-        started = time.perf_counter()
-        with log.open("wb") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "api", "serve"], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT
-            )
-        try:
-            for _ in range(600):
-                if proc.poll() is not None:
-                    raise SystemExit(f"server exited:\n{log.read_text()[-3000:]}")
-                try:
-                    if httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.5)
-            startup_s = time.perf_counter() - started
-            engine_ready = [
-                line.split("serving.engine: ")[1]
-                for line in log.read_text().splitlines()
-                if "serving.engine: engine" in line
-            ]
-            print(f"server ready in {startup_s:.1f}s", flush=True)
-            client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY, max_retries=0, timeout=300)
-            results: dict[str, dict[str, dict[str, float]]] = {}
-            for model in ("small", "large"):
-                for kind, parts in REQUESTS.items():
-                    measure(client, model, parts, 4)  # warm-up
-                    runs = [measure(client, model, parts, args.max_tokens) for _ in range(args.repeats)]
-                    ttft = statistics.median(r[0] for r in runs)
-                    rate = statistics.median(r[1] for r in runs)
-                    results.setdefault(model, {})[kind] = {"ttft_s": round(ttft, 4), "decode_tok_per_s": round(rate, 2)}
-                    print(f"{model:6s} {kind:6s} TTFT {ttft * 1000:7.1f} ms   decode {rate:6.1f} tok/s", flush=True)
-        finally:
-            proc.terminate()
-            proc.wait(timeout=60)
+    lines: list[str] = []
+    pools = [{"name": "small"}, {"name": "large"}]
+    started = time.perf_counter()
+    with live_server(MODELS_DIR, pools, lines.append) as base:
+        startup_s = time.perf_counter() - started
+        print(f"server ready in {startup_s:.1f}s", flush=True)
+        client = OpenAI(base_url=f"{base}/v1", api_key=KEY, max_retries=0, timeout=300)
+        results: dict[str, dict[str, dict[str, float]]] = {}
+        for model in ("small", "large"):
+            for kind, parts in REQUESTS.items():
+                measure(client, model, parts, 4)  # warm-up
+                runs = [measure(client, model, parts, args.max_tokens) for _ in range(args.repeats)]
+                ttft = statistics.median(r[0] for r in runs)
+                rate = statistics.median(r[1] for r in runs)
+                results.setdefault(model, {})[kind] = {"ttft_s": round(ttft, 4), "decode_tok_per_s": round(rate, 2)}
+                print(f"{model:6s} {kind:6s} TTFT {ttft * 1000:7.1f} ms   decode {rate:6.1f} tok/s", flush=True)
     report = {
         "server_startup_s": round(startup_s, 1),
-        "engines": engine_ready,
         "requests": results,
         "max_tokens": args.max_tokens,
         "repeats": args.repeats,
