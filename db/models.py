@@ -13,12 +13,52 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+class Tenant(SQLModel, table=True):
+    __tablename__ = "tenants"
+
+    id: str = Field(primary_key=True, max_length=36)
+    name: str = Field(max_length=128, unique=True)
+    status: str = Field(default="active", max_length=16)  # active | suspended
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class ApiKey(SQLModel, table=True):
+    """Only an HMAC of the key is stored, with a short visible prefix for people to recognise it by."""
+
+    __tablename__ = "api_keys"
+
+    id: str = Field(primary_key=True, max_length=36)
+    tenant_id: str | None = Field(default=None, foreign_key="tenants.id", index=True, max_length=36)
+    prefix: str = Field(max_length=32, index=True)
+    key_hash: str = Field(max_length=64, unique=True)
+    name: str = Field(default="", max_length=128)
+    is_admin: bool = False
+    allowed_models: str | None = None  # comma-separated pool names; null means every model
+    expires_at: datetime | None = None
+    revoked_at: datetime | None = None
+    last_used_at: datetime | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class TenantQuota(SQLModel, table=True):
+    __tablename__ = "tenant_quota"
+
+    tenant_id: str = Field(primary_key=True, foreign_key="tenants.id", max_length=36)
+    tokens_per_minute: int = 100_000
+    concurrent_requests: int = 16
+    monthly_token_budget: int | None = None
+    monthly_cost_budget_micros: int | None = None  # in millionths of the currency unit
+    tier: str = Field(default="standard", max_length=32)
+
+
 class InferenceRequest(SQLModel, table=True):
     """One row per request that reached an engine: what it carried, what it cost in tokens, how it ended."""
 
     __tablename__ = "inference_requests"
 
     request_id: str = Field(primary_key=True, max_length=64)
+    tenant_id: str | None = Field(default=None, index=True, max_length=36)
+    api_key_id: str | None = Field(default=None, max_length=36)
     model_variant: str = Field(max_length=64, index=True)
     modality_mask: int = Field(ge=1, le=7)
     text_tokens: int = 0
@@ -29,6 +69,10 @@ class InferenceRequest(SQLModel, table=True):
     status: str = Field(max_length=16)  # completed | cancelled | failed
     ttft_ms: int | None = None
     total_latency_ms: int | None = None
+    cached_image_tokens: int = 0
+    cached_audio_tokens: int = 0
+    cost_micros: int = 0
+    grounding_score: float | None = None
     created_at: datetime = Field(default_factory=utcnow, index=True)
 
 

@@ -1,0 +1,1 @@
+"""Tenants, API keys, quotas and rate limits, and metering."""

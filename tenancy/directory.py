@@ -1,0 +1,204 @@
+"""Tenants and API keys: creation, key issue and revocation, and resolving a presented key to a principal.
+
+Keys look like `sk-tsr-<8 hex>-<secret>`. Only HMAC-SHA256(deployment secret, key) is stored, beside the
+visible `sk-tsr-<8 hex>` prefix; lookups go by the hash and the stored hash is compared in constant time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy import Engine
+from sqlmodel import Session, select
+
+from db.models import ApiKey, Tenant, TenantQuota
+
+KEY_PREFIX = "sk-tsr-"
+
+
+class DirectoryError(Exception):
+    def __init__(self, message: str, *, code: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Principal:
+    key_id: str
+    tenant_id: str | None
+    tenant_name: str | None
+    is_admin: bool
+    allowed_models: frozenset[str] | None
+    quota: TenantQuota | None
+
+    def may_use(self, model: str) -> bool:
+        return self.allowed_models is None or model in self.allowed_models
+
+
+@dataclass(frozen=True)
+class IssuedKey:
+    key: str  # shown once
+    key_id: str
+    prefix: str
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _aware(moment: datetime | None) -> datetime | None:
+    return None if moment is None else (moment if moment.tzinfo else moment.replace(tzinfo=UTC))
+
+
+class Directory:
+    def __init__(self, db: Engine, secret: str, *, cache_ttl_s: float = 5.0) -> None:
+        self._db = db
+        self._secret = secret.encode()
+        self._cache_ttl = cache_ttl_s
+        self._cache: dict[str, tuple[float, Principal | None]] = {}
+        self._lock = threading.Lock()
+
+    def hash_key(self, key: str) -> str:
+        return hmac.new(self._secret, key.encode(), hashlib.sha256).hexdigest()
+
+    # -- tenants ---------------------------------------------------------------------------------------
+
+    def create_tenant(self, name: str, *, tokens_per_minute: int = 100_000, concurrency: int = 16,
+                      monthly_token_budget: int | None = None) -> Tenant:
+        if not name or len(name) > 128:
+            raise DirectoryError("a tenant name must be 1-128 characters", code="invalid_tenant_name")
+        with Session(self._db) as s:
+            if s.exec(select(Tenant).where(Tenant.name == name)).first() is not None:
+                raise DirectoryError(f"tenant '{name}' already exists", code="tenant_exists", status=409)
+            tenant = Tenant(id=str(uuid.uuid4()), name=name)
+            s.add(tenant)
+            s.add(TenantQuota(tenant_id=tenant.id, tokens_per_minute=tokens_per_minute,
+                              concurrent_requests=concurrency, monthly_token_budget=monthly_token_budget))
+            s.commit()
+            s.refresh(tenant)
+            return tenant
+
+    def tenant(self, name_or_id: str) -> Tenant:
+        with Session(self._db) as s:
+            found = s.get(Tenant, name_or_id) or s.exec(select(Tenant).where(Tenant.name == name_or_id)).first()
+            if found is None:
+                raise DirectoryError(f"tenant '{name_or_id}' not found", code="tenant_not_found", status=404)
+            return found
+
+    def tenants(self) -> list[tuple[Tenant, TenantQuota | None]]:
+        with Session(self._db) as s:
+            return [(t, s.get(TenantQuota, t.id)) for t in s.exec(select(Tenant).order_by(Tenant.name))]
+
+    def set_status(self, tenant_id: str, status: str) -> Tenant:
+        if status not in ("active", "suspended"):
+            raise DirectoryError("status must be active or suspended", code="invalid_status")
+        with Session(self._db) as s:
+            tenant = s.get(Tenant, tenant_id)
+            if tenant is None:
+                raise DirectoryError("tenant not found", code="tenant_not_found", status=404)
+            tenant.status = status
+            s.add(tenant)
+            s.commit()
+            s.refresh(tenant)
+        self.forget()
+        return tenant
+
+    def set_quota(self, tenant_id: str, **fields: int | str | None) -> TenantQuota:
+        allowed = {"tokens_per_minute", "concurrent_requests", "monthly_token_budget", "monthly_cost_budget_micros",
+                   "tier"}
+        unknown = set(fields) - allowed
+        if unknown:
+            raise DirectoryError(f"unknown quota fields {sorted(unknown)}", code="invalid_quota")
+        with Session(self._db) as s:
+            quota = s.get(TenantQuota, tenant_id)
+            if quota is None:
+                raise DirectoryError("tenant not found", code="tenant_not_found", status=404)
+            for key, value in fields.items():
+                if isinstance(value, int) and value < 0:
+                    raise DirectoryError(f"{key} must not be negative", code="invalid_quota")
+                setattr(quota, key, value)
+            s.add(quota)
+            s.commit()
+            s.refresh(quota)
+        self.forget()
+        return quota
+
+    # -- keys ------------------------------------------------------------------------------------------
+
+    def issue_key(self, tenant_id: str | None, *, name: str = "", admin: bool = False,
+                  allowed_models: list[str] | None = None, expires_at: datetime | None = None) -> IssuedKey:
+        visible = f"{KEY_PREFIX}{secrets.token_hex(4)}"
+        key = f"{visible}-{secrets.token_urlsafe(24)}"
+        row = ApiKey(id=str(uuid.uuid4()), tenant_id=tenant_id, prefix=visible, key_hash=self.hash_key(key),
+                     name=name, is_admin=admin, expires_at=expires_at,
+                     allowed_models=",".join(allowed_models) if allowed_models else None)
+        with Session(self._db) as s:
+            if tenant_id is not None and s.get(Tenant, tenant_id) is None:
+                raise DirectoryError("tenant not found", code="tenant_not_found", status=404)
+            s.add(row)
+            s.commit()
+        return IssuedKey(key, row.id, visible)
+
+    def keys(self, tenant_id: str | None) -> list[ApiKey]:
+        with Session(self._db) as s:
+            query = select(ApiKey).order_by(ApiKey.created_at)
+            if tenant_id is not None:
+                query = query.where(ApiKey.tenant_id == tenant_id)
+            return list(s.exec(query))
+
+    def revoke_key(self, key_id: str, *, tenant_id: str | None = None) -> ApiKey:
+        with Session(self._db) as s:
+            row = s.get(ApiKey, key_id)
+            if row is None or (tenant_id is not None and row.tenant_id != tenant_id):
+                raise DirectoryError("key not found", code="key_not_found", status=404)
+            row.revoked_at = row.revoked_at or _now()
+            s.add(row)
+            s.commit()
+            s.refresh(row)
+        self.forget()
+        return row
+
+    def resolve(self, key: str) -> Principal | None:
+        """The principal behind a presented key, or None; cached briefly so the hot path rarely hits the DB."""
+        if not key.startswith(KEY_PREFIX):
+            return None
+        digest = self.hash_key(key)
+        now = time.monotonic()
+        with self._lock:
+            hit = self._cache.get(digest)
+            if hit is not None and hit[0] > now:
+                return hit[1]
+        principal = self._load(digest)
+        with self._lock:
+            self._cache[digest] = (now + self._cache_ttl, principal)
+        return principal
+
+    def _load(self, digest: str) -> Principal | None:
+        with Session(self._db) as s:
+            row = s.exec(select(ApiKey).where(ApiKey.key_hash == digest)).first()
+            if row is None or not hmac.compare_digest(row.key_hash, digest):
+                return None
+            if row.revoked_at is not None:
+                return None
+            expires = _aware(row.expires_at)
+            if expires is not None and expires <= _now():
+                return None
+            tenant = s.get(Tenant, row.tenant_id) if row.tenant_id else None
+            if tenant is not None and tenant.status != "active":
+                return None
+            quota = s.get(TenantQuota, row.tenant_id) if row.tenant_id else None
+            models = frozenset(m for m in (row.allowed_models or "").split(",") if m) or None
+            return Principal(row.id, row.tenant_id, tenant.name if tenant else None, row.is_admin, models, quota)
+
+    def forget(self) -> None:
+        with self._lock:
+            self._cache.clear()

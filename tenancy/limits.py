@@ -1,0 +1,201 @@
+"""Per-tenant rate limits: tokens per minute and concurrent requests, atomic across gateway processes.
+
+A request reserves its estimated tokens (prompt, with media counted from headers, plus max_tokens) before
+the engine sees it, and a concurrency slot; afterwards the reservation is reconciled to the tokens actually
+used and the slot returned. The window slides: tokens accepted in any window never exceed the limit by more
+than one request's reservation. Production keeps the counters in Redis (one Lua script per decision, so
+replicas never race); the embedded default keeps them in-process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class Limits:
+    tokens_per_minute: int
+    concurrent_requests: int
+
+
+@dataclass
+class Reservation:
+    tenant: str
+    token: str
+    tokens: int
+    at: float
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Either a reservation, or the refusal with what the client needs to back off."""
+
+    reservation: Reservation | None
+    limit_tokens: int
+    remaining_tokens: int
+    limit_requests: int
+    remaining_requests: int
+    reset_s: float
+    reason: str | None = None  # tokens | concurrency
+
+    def headers(self) -> dict[str, str]:
+        reset = f"{max(0.0, self.reset_s):.3f}s"
+        out = {
+            "x-ratelimit-limit-tokens": str(self.limit_tokens),
+            "x-ratelimit-remaining-tokens": str(max(0, self.remaining_tokens)),
+            "x-ratelimit-reset-tokens": reset,
+            "x-ratelimit-limit-requests": str(self.limit_requests),
+            "x-ratelimit-remaining-requests": str(max(0, self.remaining_requests)),
+            "x-ratelimit-reset-requests": reset if self.reason == "concurrency" else "0s",
+        }
+        if self.reservation is None:
+            out["retry-after"] = str(max(1, math.ceil(self.reset_s)))
+            out["retry-after-ms"] = str(max(1, int(self.reset_s * 1000)))
+        return out
+
+
+class RateLimiter(Protocol):
+    async def reserve(self, tenant: str, tokens: int, limits: Limits) -> Decision: ...
+
+    async def reconcile(self, reservation: Reservation, actual_tokens: int) -> None: ...
+
+    async def release(self, reservation: Reservation) -> None: ...
+
+
+@dataclass
+class _TenantWindow:
+    entries: deque[tuple[float, str, int]] = field(default_factory=deque)
+    active: set[str] = field(default_factory=set)
+
+
+class InProcessLimiter:
+    def __init__(self, window_s: float = 60.0) -> None:
+        self.window_s = window_s
+        self._tenants: dict[str, _TenantWindow] = {}
+        self._lock = asyncio.Lock()
+
+    async def reserve(self, tenant: str, tokens: int, limits: Limits) -> Decision:
+        async with self._lock:
+            now = time.time()
+            win = self._tenants.setdefault(tenant, _TenantWindow())
+            while win.entries and win.entries[0][0] <= now - self.window_s:
+                win.entries.popleft()
+            used = sum(e[2] for e in win.entries)
+            reset = (win.entries[0][0] + self.window_s - now) if win.entries else 0.0
+            if len(win.active) >= limits.concurrent_requests:
+                return Decision(None, limits.tokens_per_minute, limits.tokens_per_minute - used,
+                                limits.concurrent_requests, 0, 1.0, "concurrency")
+            if used + tokens > limits.tokens_per_minute:
+                return Decision(None, limits.tokens_per_minute, limits.tokens_per_minute - used,
+                                limits.concurrent_requests, limits.concurrent_requests - len(win.active),
+                                reset or self.window_s, "tokens")
+            token = uuid.uuid4().hex
+            win.entries.append((now, token, tokens))
+            win.active.add(token)
+            return Decision(Reservation(tenant, token, tokens, now), limits.tokens_per_minute,
+                            limits.tokens_per_minute - used - tokens, limits.concurrent_requests,
+                            limits.concurrent_requests - len(win.active), reset)
+
+    async def reconcile(self, reservation: Reservation, actual_tokens: int) -> None:
+        async with self._lock:
+            win = self._tenants.get(reservation.tenant)
+            if win is None:
+                return
+            for i, (at, token, _) in enumerate(win.entries):
+                if token == reservation.token:
+                    win.entries[i] = (at, token, actual_tokens)
+                    break
+            reservation.tokens = actual_tokens
+
+    async def release(self, reservation: Reservation) -> None:
+        async with self._lock:
+            win = self._tenants.get(reservation.tenant)
+            if win is not None:
+                win.active.discard(reservation.token)
+
+
+# KEYS: tokens zset, active zset. ARGV: now, window, tokens, tpm, concurrency, token id, slot ttl.
+# The zset member is "<token>:<tokens>", scored by time; sums are over the live window.
+_RESERVE = """
+local now = tonumber(ARGV[1]); local window = tonumber(ARGV[2]); local want = tonumber(ARGV[3])
+local tpm = tonumber(ARGV[4]); local conc = tonumber(ARGV[5]); local id = ARGV[6]; local ttl = tonumber(ARGV[7])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - ttl)
+local used = 0
+local entries = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+local oldest = nil
+for i = 1, #entries, 2 do
+  local n = tonumber(string.match(entries[i], ':(%d+)$'))
+  used = used + n
+  if oldest == nil then oldest = tonumber(entries[i + 1]) end
+end
+local reset = 0
+if oldest ~= nil then reset = oldest + window - now end
+local active = redis.call('ZCARD', KEYS[2])
+if active >= conc then return {0, used, active, tostring(reset), 'concurrency'} end
+if used + want > tpm then return {0, used, active, tostring(reset > 0 and reset or window), 'tokens'} end
+redis.call('ZADD', KEYS[1], now, id .. ':' .. want)
+redis.call('ZADD', KEYS[2], now, id)
+redis.call('EXPIRE', KEYS[1], math.ceil(window) + 5)
+redis.call('EXPIRE', KEYS[2], math.ceil(ttl) + 5)
+return {1, used + want, active + 1, tostring(reset), ''}
+"""
+
+# KEYS: tokens zset. ARGV: token id, old tokens, new tokens.
+_RECONCILE = """
+local old = ARGV[1] .. ':' .. ARGV[2]
+local score = redis.call('ZSCORE', KEYS[1], old)
+if score then
+  redis.call('ZREM', KEYS[1], old)
+  redis.call('ZADD', KEYS[1], score, ARGV[1] .. ':' .. ARGV[3])
+end
+return 1
+"""
+
+
+class RedisLimiter:
+    """The same contract on Redis, shared by every gateway replica."""
+
+    def __init__(self, url: str, *, window_s: float = 60.0, slot_ttl_s: float = 900.0, prefix: str = "tessera") -> None:
+        from redis.asyncio import Redis
+
+        self.window_s = window_s
+        self._slot_ttl = slot_ttl_s
+        self._prefix = prefix
+        self._redis: Any = Redis.from_url(url)
+        self._reserve = self._redis.register_script(_RESERVE)
+        self._reconcile = self._redis.register_script(_RECONCILE)
+
+    def _keys(self, tenant: str) -> list[str]:
+        return [f"{self._prefix}:tpm:{tenant}", f"{self._prefix}:active:{tenant}"]
+
+    async def reserve(self, tenant: str, tokens: int, limits: Limits) -> Decision:
+        token = uuid.uuid4().hex
+        ok, used, active, reset, reason = await self._reserve(
+            keys=self._keys(tenant),
+            args=[time.time(), self.window_s, tokens, limits.tokens_per_minute, limits.concurrent_requests, token,
+                  self._slot_ttl],
+        )
+        reason_s = reason.decode() if isinstance(reason, bytes) else str(reason)
+        reset_s = float(reset.decode() if isinstance(reset, bytes) else reset)
+        reservation = Reservation(tenant, token, tokens, time.time()) if int(ok) else None
+        return Decision(reservation, limits.tokens_per_minute, limits.tokens_per_minute - int(used),
+                        limits.concurrent_requests, limits.concurrent_requests - int(active), reset_s,
+                        reason_s or None)
+
+    async def reconcile(self, reservation: Reservation, actual_tokens: int) -> None:
+        await self._reconcile(keys=self._keys(reservation.tenant)[:1],
+                              args=[reservation.token, reservation.tokens, actual_tokens])
+        reservation.tokens = actual_tokens
+
+    async def release(self, reservation: Reservation) -> None:
+        await self._redis.zrem(self._keys(reservation.tenant)[1], reservation.token)
+
+    async def close(self) -> None:
+        await self._redis.aclose()

@@ -1,0 +1,64 @@
+"""The limiter contract, on the in-process implementation and on the real Redis at 127.0.0.1:6379."""
+
+import asyncio
+import uuid
+
+import pytest
+
+from tenancy.limits import InProcessLimiter, Limits, RedisLimiter
+
+
+@pytest.fixture(params=["in-process", "redis"])
+def make_limiter(request):
+    """A factory: the Redis client must be created inside the event loop that uses it."""
+    if request.param == "in-process":
+        return lambda: InProcessLimiter(window_s=0.5)
+    return lambda: RedisLimiter("redis://127.0.0.1:6379/0", window_s=0.5, prefix=f"test-{uuid.uuid4().hex[:8]}")
+
+
+async def _close(limiter):
+    if hasattr(limiter, "close"):
+        await limiter.close()
+
+
+def test_tokens_per_window_and_headers(make_limiter):
+    async def run():
+        limiter = make_limiter()
+        limits = Limits(tokens_per_minute=100, concurrent_requests=10)
+        first = await limiter.reserve("t1", 60, limits)
+        assert first.reservation is not None
+        assert first.remaining_tokens == 40
+        refused = await limiter.reserve("t1", 60, limits)
+        assert refused.reservation is None
+        assert refused.reason == "tokens"
+        headers = refused.headers()
+        assert headers["x-ratelimit-limit-tokens"] == "100"
+        assert headers["x-ratelimit-remaining-tokens"] == "40"
+        assert int(headers["retry-after"]) >= 1
+        assert int(headers["retry-after-ms"]) <= 500
+        other = await limiter.reserve("t2", 60, limits)  # tenants are independent
+        assert other.reservation is not None
+        await limiter.reconcile(first.reservation, 10)  # the request used fewer tokens than reserved
+        assert (await limiter.reserve("t1", 60, limits)).reservation is not None
+        await asyncio.sleep(0.6)  # the window slides
+        assert (await limiter.reserve("t1", 90, limits)).reservation is not None
+        await _close(limiter)
+
+    asyncio.run(run())
+
+
+def test_concurrency_slots_are_returned(make_limiter):
+    async def run():
+        limiter = make_limiter()
+        limits = Limits(tokens_per_minute=10_000, concurrent_requests=2)
+        a = (await limiter.reserve("t", 1, limits)).reservation
+        b = (await limiter.reserve("t", 1, limits)).reservation
+        third = await limiter.reserve("t", 1, limits)
+        assert third.reservation is None
+        assert third.reason == "concurrency"
+        await limiter.release(a)
+        assert (await limiter.reserve("t", 1, limits)).reservation is not None
+        await limiter.release(b)
+        await _close(limiter)
+
+    asyncio.run(run())
