@@ -7,16 +7,18 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from litestar import Litestar, Router
+from litestar import Litestar, Request, Router
 from litestar.di import Provide
 
-from api.auth import api_key_guard
 from api.errors import EXCEPTION_HANDLERS
+from api.routes.admin import AdminController
 from api.routes.chat import create_chat_completion
 from api.routes.models import list_models, retrieve_model
 from api.routes.ops import health, metrics
+from api.routes.usage import usage_receipt, usage_summary
 from api.settings import Settings
 from api.state import AppState, build_state
+from tenancy.directory import Principal
 
 logger = logging.getLogger(__name__)
 
@@ -39,12 +41,12 @@ class _StateSlot:
         return Provide(lambda: pick(self.get()), sync_to_thread=False)
 
 
-def create_app(settings: Settings, api_key: str, on_ready: Callable[[AppState], None] | None = None) -> Litestar:
+def create_app(settings: Settings, on_ready: Callable[[AppState], None] | None = None) -> Litestar:
     slot = _StateSlot()
 
     @asynccontextmanager
     async def lifespan(_: Litestar) -> AsyncIterator[None]:
-        async with build_state(settings, api_key) as state:
+        async with build_state(settings) as state:
             slot.set(state)
             if on_ready is not None:
                 on_ready(state)
@@ -53,16 +55,27 @@ def create_app(settings: Settings, api_key: str, on_ready: Callable[[AppState], 
             finally:
                 slot.set(None)
 
+    async def principal(request: Request[Any, Any, Any]) -> Principal:
+        return await slot.get().auth.principal(request)
+
+    async def admin(request: Request[Any, Any, Any]) -> Principal:
+        return await slot.get().auth.admin(request)
+
     api = Router(
-        path="/", route_handlers=[create_chat_completion, list_models, retrieve_model], guards=[api_key_guard(api_key)]
+        path="/",
+        route_handlers=[create_chat_completion, list_models, retrieve_model, usage_receipt, usage_summary],
+        dependencies={"principal": Provide(principal)},
     )
+    admin_api = Router(path="/", route_handlers=[AdminController], dependencies={"admin": Provide(admin)})
     return Litestar(
-        route_handlers=[api, health, metrics],
+        route_handlers=[api, admin_api, health, metrics],
         lifespan=[lifespan],
         dependencies={
             "chat": slot.provider(lambda s: s.chat),
             "pools": slot.provider(lambda s: s.pools),
             "server_metrics": slot.provider(lambda s: s.metrics),
+            "directory": slot.provider(lambda s: s.directory),
+            "db": slot.provider(lambda s: s.db),
         },
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
         request_max_body_size=settings.max_body_bytes,

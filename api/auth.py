@@ -1,15 +1,22 @@
-"""Bearer-key guard for the API; keys are compared in constant time."""
+"""Authentication: bearer API keys resolve to a tenant principal; admin keys are separate."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 from typing import Any
 
 from litestar.connection import ASGIConnection
-from litestar.handlers.base import BaseRouteHandler
 
-from api.errors import AuthenticationError
+from api.errors import APIError, AuthenticationError
+from tenancy.directory import Directory, Principal
+
+
+class PermissionDenied(APIError):
+    status_code = 403
+    error_type = "permission_error"
+    code = "permission_denied"
 
 
 def bearer_token(connection: ASGIConnection[Any, Any, Any, Any]) -> str | None:
@@ -20,20 +27,30 @@ def bearer_token(connection: ASGIConnection[Any, Any, Any, Any]) -> str | None:
     return token.strip()
 
 
-def api_key_guard(expected: str):  # type: ignore[no-untyped-def]
-    expected_bytes = expected.encode()
+class Authenticator:
+    def __init__(self, directory: Directory, admin_key: str | None) -> None:
+        self._directory = directory
+        self._admin_key = admin_key.encode() if admin_key else None
 
-    def guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+    async def principal(self, connection: ASGIConnection[Any, Any, Any, Any]) -> Principal:
         token = bearer_token(connection)
         if token is None:
             raise AuthenticationError("missing API key: send `Authorization: Bearer <key>`")
-        if not hmac.compare_digest(token.encode(), expected_bytes):
-            raise AuthenticationError("incorrect API key provided")
+        if self._admin_key is not None and hmac.compare_digest(token.encode(), self._admin_key):
+            return Principal("admin", None, None, True, None, None)
+        found = await asyncio.to_thread(self._directory.resolve, token)
+        if found is None:
+            raise AuthenticationError("incorrect, revoked or expired API key")
+        return found
 
-    return guard
+    async def admin(self, connection: ASGIConnection[Any, Any, Any, Any]) -> Principal:
+        found = await self.principal(connection)
+        if not found.is_admin:
+            raise PermissionDenied("this endpoint needs an admin key")
+        return found
 
 
-def key_salt(connection: ASGIConnection[Any, Any, Any, Any]) -> str | None:
-    """Prefix-cache salt of the caller: requests under different keys never share KV blocks."""
-    token = bearer_token(connection)
-    return hashlib.sha256(f"tessera-kv:{token}".encode()).hexdigest()[:32] if token else None
+def key_salt(principal: Principal) -> str:
+    """Prefix-cache salt of the caller's tenant: tenants never share KV blocks."""
+    owner = principal.tenant_id or f"key:{principal.key_id}"
+    return hashlib.sha256(f"tessera-kv:{owner}".encode()).hexdigest()[:32]

@@ -13,10 +13,12 @@ from typing import Any
 from api.errors import InvalidRequest
 from api.metrics import ServerMetrics, modality_mix
 from api.protocol import ChatCompletionRequest, PromptTokensDetails, Usage
+from api.quotas import Admission, QuotaGate
 from api.settings import Settings
 from api.usage_log import UsageLog
 from serving.engine import EngineDelta, GenerationParams
 from serving.pipeline import Pipeline, PipelineRequest, PreparedRequest
+from tenancy.directory import Principal
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +38,8 @@ class Generation:
     last_token_at: float | None = None
     finish_reason: str | None = None
     submitted: float = 0.0  # when the request left the pipeline for the engine
+    principal: Principal | None = None
+    admission: Admission = field(default_factory=Admission)
 
     def timing_headers(self) -> dict[str, str]:
         """Where the time went before the response started, for clients and load tests."""
@@ -46,6 +50,7 @@ class Generation:
         }
         if self.first_token_at is not None:
             headers["x-tessera-engine-ttft-ms"] = str(int((self.first_token_at - self.submitted) * 1000))
+        headers.update({k: v for k, v in (self.admission.headers or {}).items() if k.startswith("x-ratelimit")})
         return headers
 
     @property
@@ -79,13 +84,27 @@ class Generation:
 
 
 class ChatService:
-    def __init__(self, settings: Settings, pipeline: Pipeline, metrics: ServerMetrics, usage_log: UsageLog) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        pipeline: Pipeline,
+        metrics: ServerMetrics,
+        usage_log: UsageLog,
+        quotas: QuotaGate | None = None,
+    ) -> None:
         self._settings = settings
+        self._quotas = quotas
         self._pipeline = pipeline
         self._metrics = metrics
         self._usage_log = usage_log
 
-    async def prepare(self, req: ChatCompletionRequest, started: float, cache_salt: str | None = None) -> Generation:
+    async def prepare(
+        self,
+        req: ChatCompletionRequest,
+        started: float,
+        principal: Principal | None = None,
+        cache_salt: str | None = None,
+    ) -> Generation:
         if req.n != 1:
             raise InvalidRequest(
                 "only n=1 is supported; send parallel requests for more choices",
@@ -106,6 +125,14 @@ class ChatService:
             ignore_eos=req.ignore_eos,
         )
         request_id = f"chatcmpl-{uuid.uuid4().hex}"
+        holder = Admission()
+        gate = None
+        if self._quotas is not None and principal is not None:
+            quotas, who = self._quotas, principal
+
+            async def gate(pool: str, tokens: int) -> None:
+                await quotas.check(who, pool, tokens, holder)
+
         try:
             prepared = await self._pipeline.prepare(
                 PipelineRequest(
@@ -116,14 +143,19 @@ class ChatService:
                     priority=req.priority,
                     allow_degraded=req.allow_degraded,
                     cache_salt=cache_salt,
+                    gate=gate,
                 )
             )
-        except Exception as exc:
+        except BaseException as exc:
             self._metrics.refused.labels(getattr(exc, "code", type(exc).__name__)).inc()
+            if self._quotas is not None:
+                await self._quotas.finish(holder, 0)  # refused before the engine: a refusal, not usage
             raise
         now = time.monotonic()
         self._metrics.pre_engine.labels(prepared.pool.name).observe(now - started)
-        return Generation(request_id, int(time.time()), prepared, started, submitted=now)
+        return Generation(
+            request_id, int(time.time()), prepared, started, submitted=now, principal=principal, admission=holder
+        )
 
     async def run(self, gen: Generation) -> AsyncGenerator[EngineDelta, None]:
         """Drive the engine; on every exit the engine request is finished or aborted, its KV blocks are
@@ -141,7 +173,9 @@ class ChatService:
             if gen.finish_reason is None:
                 self._usage_log.spawn(gen.pool.engine.abort(gen.request_id))
             self._pipeline.release(gen.prepared)
-            self._finish(gen, status)
+            usage = self._finish(gen, status)
+            if self._quotas is not None:
+                self._usage_log.spawn(self._quotas.finish(gen.admission, usage.total_tokens))
 
     def discard(self, gen: Generation) -> None:
         """A prepared request that never reached the engine: give its admission back."""
@@ -166,7 +200,7 @@ class ChatService:
         if delta.finish_reason is not None:
             gen.finish_reason = delta.finish_reason
 
-    def _finish(self, gen: Generation, status: str) -> None:
+    def _finish(self, gen: Generation, status: str) -> Usage:
         model = gen.pool.name
         now = time.monotonic()
         usage = gen.usage()
@@ -182,9 +216,19 @@ class ChatService:
                 self._metrics.prompt_tokens.labels(model, modality).inc(count)
         self._metrics.completion_tokens.labels(model).inc(usage.completion_tokens)
         ttft_ms = None if gen.first_token_at is None else int((gen.first_token_at - gen.started) * 1000)
+        principal = gen.principal
         self._usage_log.record(
-            gen.request_id, model, gen.modalities, usage, status, ttft_ms, int((now - gen.started) * 1000)
+            gen.request_id,
+            model,
+            gen.modalities,
+            usage,
+            status,
+            ttft_ms,
+            int((now - gen.started) * 1000),
+            tenant_id=principal.tenant_id if principal else None,
+            api_key_id=principal.key_id if principal else None,
         )
+        return usage
 
 
 def finish_reason(reason: str | None) -> str | None:

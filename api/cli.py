@@ -69,17 +69,17 @@ def serve(settings: Settings) -> None:
     import uvicorn
 
     from api.app import create_app
-    from api.state import AppState, resolve_api_key
-
-    key, generated = resolve_api_key(settings)
+    from api.state import AppState
 
     def announce(state: AppState) -> None:
         url = f"http://{settings.host}:{settings.port}/v1"
         models = ", ".join(f"{p.name} ({'+'.join(p.modalities)})" for p in state.pools.pools)
         print(f"\nTessera is serving {models}\n  base_url: {url}", flush=True)
-        print(f"  api key:  {key}" + ("  (generated; set TESSERA_API_KEY to fix one)" if generated else ""), flush=True)
+        if state.demo_key:
+            origin = "issued now, kept in the data dir" if state.demo_key_new else f"tenant '{settings.demo_tenant}'"
+            print(f"  api key:  {state.demo_key}  ({origin})", flush=True)
 
-    app = create_app(settings, key, on_ready=announce)
+    app = create_app(settings, on_ready=announce)
     uvicorn.run(
         app,
         host=settings.host,
@@ -100,6 +100,39 @@ def build_demo(args: argparse.Namespace) -> None:
         print(f"{name}: {path}\n  {DEMO_SPECS[name].description}")
 
 
+def _directory(settings: Settings) -> Any:
+    from api.state import setup_tenancy
+    from db.session import make_engine, upgrade
+
+    upgrade(settings.resolved_database_url())
+    directory, _, _ = setup_tenancy(
+        settings.model_copy(update={"demo_tenant": None}), make_engine(settings.resolved_database_url())
+    )
+    return directory
+
+
+def manage(args: argparse.Namespace) -> None:
+    from tenancy.directory import DirectoryError
+
+    directory = _directory(Settings())
+    try:
+        if args.command == "tenants" and args.tenants_command == "create":
+            tenant = directory.create_tenant(args.name, tokens_per_minute=args.tpm, concurrency=args.concurrency)
+            print(f"created tenant {tenant.name} ({tenant.id}): {args.tpm} tokens/min, {args.concurrency} concurrent")
+        elif args.command == "tenants":
+            for tenant, quota in directory.tenants():
+                limits = f"{quota.tokens_per_minute} tpm, {quota.concurrent_requests} concurrent" if quota else ""
+                print(f"{tenant.name}\t{tenant.id}\t{tenant.status}\t{limits}")
+        else:
+            tenant = directory.tenant(args.tenant)
+            models = [m for m in (args.models or "").split(",") if m] or None
+            issued = directory.issue_key(tenant.id, name=args.name, admin=args.admin, allowed_models=models)
+            print(f"issued key {issued.prefix}… ({issued.key_id}) for tenant {tenant.name}; it is shown only once:")
+            print(issued.key)
+    except DirectoryError as exc:
+        raise SystemExit(f"error: {exc.message}") from exc
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="tessera", description="Tessera: OpenAI-compatible multimodal server.")
     sub = parser.add_subparsers(dest="command")
@@ -109,6 +142,18 @@ def main(argv: list[str] | None = None) -> None:
     demo.add_argument("names", nargs="*", help="Which demo checkpoints (default: all).")
     demo.add_argument("--force", action="store_true", help="Rebuild even if present.")
     demo.add_argument("--data-dir", type=Path, help="Data directory (TESSERA_DATA_DIR, default .tessera).")
+    tenants = sub.add_parser("tenants", help="Manage tenants.").add_subparsers(dest="tenants_command", required=True)
+    tc = tenants.add_parser("create", help="Create a tenant.")
+    tc.add_argument("name")
+    tc.add_argument("--tpm", type=int, default=100_000, help="Tokens per minute (default 100000).")
+    tc.add_argument("--concurrency", type=int, default=16, help="Concurrent requests (default 16).")
+    tenants.add_parser("list", help="List tenants and their quotas.")
+    keys = sub.add_parser("keys", help="Manage API keys.").add_subparsers(dest="keys_command", required=True)
+    kc = keys.add_parser("create", help="Issue a key; it is printed once, on the last line.")
+    kc.add_argument("--tenant", required=True, help="Tenant name or id.")
+    kc.add_argument("--name", default="", help="A label for the key.")
+    kc.add_argument("--models", default=None, help="Comma-separated models the key may use (default: all).")
+    kc.add_argument("--admin", action="store_true", help="An admin key (for /admin and the console).")
     bench = sub.add_parser("bench", help="Benchmarks.").add_subparsers(dest="bench_command", required=True)
     pipe = bench.add_parser("pipeline", help="Encoder pools, embedding cache and admission vs the plain path.")
     pipe.add_argument("--json", type=Path, required=True, help="Where to write the results.")
@@ -123,6 +168,9 @@ def main(argv: list[str] | None = None) -> None:
     elif command == "models":
         _configure_logging("INFO")
         build_demo(args)
+    elif command in ("tenants", "keys"):
+        _configure_logging("WARNING")
+        manage(args)
     elif command == "bench":
         from api.bench import run_pipeline_bench
 

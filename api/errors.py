@@ -57,6 +57,18 @@ class PayloadTooLarge(APIError):
     code = "payload_too_large"
 
 
+class RateLimited(APIError):
+    status_code = 429
+    error_type = "rate_limit_error"
+    code = "rate_limit_exceeded"
+
+
+class QuotaExceeded(APIError):
+    status_code = 429
+    error_type = "insufficient_quota"
+    code = "insufficient_quota"
+
+
 class ServiceUnavailable(APIError):
     status_code = 503
     error_type = "server_error"

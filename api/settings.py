@@ -58,8 +58,22 @@ class Settings(BaseSettings):
         default=None, description="Where demo checkpoints are built. Unset: `models` inside `data_dir`."
     )
     api_key: str | None = Field(
-        default=None, description="Static bearer key guarding the API. Unset: one is generated and printed."
+        default=None,
+        description="A key for the demo tenant, registered at start-up. Unset: the embedded default issues one "
+        "and prints it.",
     )
+    admin_key: str | None = Field(default=None, description="Static admin key for /admin and the console.")
+    key_secret: str | None = Field(
+        default=None,
+        description="Per-deployment secret that API keys are hashed with. Unset: generated once into `data_dir`.",
+    )
+    demo_tenant: str | None = Field(
+        default="demo", description="Tenant created at start-up for the embedded default; empty to skip."
+    )
+    redis_url: str | None = Field(
+        default=None, description="Redis for rate limits shared by replicas. Unset: limits are kept in-process."
+    )
+    rate_window_s: float = Field(default=60.0, description="Window of the tokens-per-minute limit, in seconds.")
     pools: list[PoolSettings] = Field(default_factory=_default_pools, description="Model pools to serve.")
     build_demo_models: bool = Field(default=True, description="Build missing demo checkpoints at start-up.")
 

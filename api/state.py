@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import os
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,8 +16,10 @@ from pathlib import Path
 import httpx
 from sqlalchemy import Engine
 
+from api.auth import Authenticator
 from api.chat_serving import ChatService
 from api.metrics import ServerMetrics
+from api.quotas import QuotaGate
 from api.settings import PoolSettings, Settings
 from api.usage_log import UsageLog
 from db.session import make_engine, upgrade
@@ -31,6 +34,8 @@ from serving.media.fetch import FetchPolicy, MediaFetcher
 from serving.media.images import ImageLoader
 from serving.pipeline import Pipeline
 from serving.pools import ModelPool, PoolRegistry
+from tenancy.directory import Directory, DirectoryError
+from tenancy.limits import InProcessLimiter, RateLimiter, RedisLimiter
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +45,6 @@ AUDIO_SAMPLE_RATE = 16_000  # the Whisper-style feature extractors of the suppor
 @dataclass
 class AppState:
     settings: Settings
-    api_key: str
     pools: PoolRegistry
     chat: ChatService
     metrics: ServerMetrics
@@ -48,13 +52,41 @@ class AppState:
     http: httpx.AsyncClient
     db: Engine
     usage_log: UsageLog
+    directory: Directory
+    auth: Authenticator
+    demo_key: str | None
+    demo_key_new: bool
 
 
-def resolve_api_key(settings: Settings) -> tuple[str, bool]:
-    """The configured key, or a fresh one; the flag says whether it was generated."""
+def _private_file(path: Path, make: Callable[[], str]) -> str:
+    """Read a secret kept in the data dir, creating it (mode 0600) on first use."""
+    if path.is_file():
+        return path.read_text().strip()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    value = make()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(value + "\n")
+    return value
+
+
+def setup_tenancy(settings: Settings, db: Engine) -> tuple[Directory, str | None, bool]:
+    """The key directory, plus the demo tenant's key: the configured one, or one issued once and kept."""
+    secret = settings.key_secret or _private_file(settings.data_dir / "key-secret", lambda: secrets.token_hex(32))
+    directory = Directory(db, secret)
+    if not settings.demo_tenant:
+        return directory, None, False
+    try:
+        tenant = directory.tenant(settings.demo_tenant)
+    except DirectoryError:
+        tenant = directory.create_tenant(settings.demo_tenant)
     if settings.api_key:
-        return settings.api_key, False
-    return "sk-tessera-" + secrets.token_urlsafe(24), True
+        directory.register_key(settings.api_key, tenant.id, name="TESSERA_API_KEY")
+        return directory, settings.api_key, False
+    key_file = settings.data_dir / "demo-key"
+    fresh = not key_file.is_file()
+    key = _private_file(key_file, lambda: directory.issue_key(tenant.id, name="demo").key)
+    return directory, key, fresh
 
 
 def engine_spec(pool: PoolSettings, model_path: str, max_images: int) -> EngineSpec:
@@ -105,9 +137,15 @@ async def start_engines(settings: Settings) -> list[tuple[PoolSettings, EngineCl
 
 
 @asynccontextmanager
-async def build_state(settings: Settings, api_key: str) -> AsyncIterator[AppState]:
+async def build_state(settings: Settings) -> AsyncIterator[AppState]:
     db = make_engine(settings.resolved_database_url())
     await asyncio.to_thread(upgrade, settings.resolved_database_url())
+    directory, demo_key, demo_key_new = await asyncio.to_thread(setup_tenancy, settings, db)
+    limiter: RateLimiter = (
+        RedisLimiter(settings.redis_url, window_s=settings.rate_window_s)
+        if settings.redis_url
+        else InProcessLimiter(window_s=settings.rate_window_s)
+    )
     engines = await start_engines(settings)
     created = int(time.time())
     pools = PoolRegistry([await _build_pool(settings, i, p, e, created) for i, (p, e) in enumerate(engines)])
@@ -145,8 +183,21 @@ async def build_state(settings: Settings, api_key: str) -> AsyncIterator[AppStat
     metrics = ServerMetrics()
     metrics.attach_pools(pools, cache)
     usage_log = UsageLog(db)
-    chat = ChatService(settings, pipeline, metrics, usage_log)
-    state = AppState(settings, api_key, pools, chat, metrics, ingest, http, db, usage_log)
+    chat = ChatService(settings, pipeline, metrics, usage_log, QuotaGate(limiter, db))
+    state = AppState(
+        settings,
+        pools,
+        chat,
+        metrics,
+        ingest,
+        http,
+        db,
+        usage_log,
+        directory,
+        Authenticator(directory, settings.admin_key),
+        demo_key,
+        demo_key_new,
+    )
     try:
         yield state
     finally:

@@ -41,6 +41,9 @@ class UsageLog:
         status: str,
         ttft_ms: int | None,
         total_ms: int,
+        *,
+        tenant_id: str | None = None,
+        api_key_id: str | None = None,
     ) -> None:
         mask = MODALITY_TEXT | (MODALITY_IMAGE if "image" in modalities else 0)
         mask |= MODALITY_AUDIO if "audio" in modalities else 0
@@ -57,6 +60,10 @@ class UsageLog:
             status=status,
             ttft_ms=ttft_ms,
             total_latency_ms=total_ms,
+            tenant_id=tenant_id,
+            api_key_id=api_key_id,
+            cached_image_tokens=d.cached_image_tokens,
+            cached_audio_tokens=d.cached_audio_tokens,
         )
         self.spawn(asyncio.to_thread(record_usage, self._db, row))
 

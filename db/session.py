@@ -13,11 +13,15 @@ logger = logging.getLogger(__name__)
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 
 
+def _ensure_sqlite_dir(url: str) -> None:
+    path = url.removeprefix("sqlite:///")
+    if url.startswith("sqlite") and path and path != ":memory:":
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+
+
 def make_engine(url: str) -> Engine:
+    _ensure_sqlite_dir(url)
     if url.startswith("sqlite"):
-        path = url.removeprefix("sqlite:///")
-        if path and path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(url, connect_args={"check_same_thread": False})
 
         @event.listens_for(engine, "connect")
@@ -44,6 +48,7 @@ def alembic_config(url: str):  # type: ignore[no-untyped-def]
 def upgrade(url: str, revision: str = "head") -> None:
     from alembic import command
 
+    _ensure_sqlite_dir(url)
     command.upgrade(alembic_config(url), revision)
 
 

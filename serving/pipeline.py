@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +32,8 @@ class PipelineRequest:
     priority: str = "interactive"
     allow_degraded: bool = False
     cache_salt: str | None = None
+    # Called with (pool name, estimated prompt + max_tokens) before admission: the caller's quotas.
+    gate: Callable[[str, int], Awaitable[None]] | None = None
 
 
 @dataclass
@@ -80,6 +82,8 @@ class Pipeline:
             raise EngineUnavailable(f"the engine of model '{pool.name}' is not running")
         prompt = pool.render_prompt(plan.messages)
         estimate = self._estimate(pool, prompt, probed)
+        if r.gate is not None:
+            await r.gate(pool.name, estimate + r.params.max_tokens)
         ticket = await pool.admission.acquire(estimate + r.params.max_tokens, r.priority)
         try:
             return await self._finish(r, pool, plan, probed, prompt, ticket, reason, estimate)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from sqlalchemy import Engine
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from db.models import ApiKey, Tenant, TenantQuota
 
@@ -72,36 +72,48 @@ class Directory:
 
     # -- tenants ---------------------------------------------------------------------------------------
 
-    def create_tenant(self, name: str, *, tokens_per_minute: int = 100_000, concurrency: int = 16,
-                      monthly_token_budget: int | None = None) -> Tenant:
+    def create_tenant(
+        self,
+        name: str,
+        *,
+        tokens_per_minute: int = 100_000,
+        concurrency: int = 16,
+        monthly_token_budget: int | None = None,
+    ) -> Tenant:
         if not name or len(name) > 128:
             raise DirectoryError("a tenant name must be 1-128 characters", code="invalid_tenant_name")
-        with Session(self._db) as s:
+        with Session(self._db, expire_on_commit=False) as s:
             if s.exec(select(Tenant).where(Tenant.name == name)).first() is not None:
                 raise DirectoryError(f"tenant '{name}' already exists", code="tenant_exists", status=409)
             tenant = Tenant(id=str(uuid.uuid4()), name=name)
             s.add(tenant)
-            s.add(TenantQuota(tenant_id=tenant.id, tokens_per_minute=tokens_per_minute,
-                              concurrent_requests=concurrency, monthly_token_budget=monthly_token_budget))
+            s.add(
+                TenantQuota(
+                    tenant_id=tenant.id,
+                    tokens_per_minute=tokens_per_minute,
+                    concurrent_requests=concurrency,
+                    monthly_token_budget=monthly_token_budget,
+                )
+            )
             s.commit()
             s.refresh(tenant)
             return tenant
 
     def tenant(self, name_or_id: str) -> Tenant:
-        with Session(self._db) as s:
+        with Session(self._db, expire_on_commit=False) as s:
             found = s.get(Tenant, name_or_id) or s.exec(select(Tenant).where(Tenant.name == name_or_id)).first()
             if found is None:
                 raise DirectoryError(f"tenant '{name_or_id}' not found", code="tenant_not_found", status=404)
             return found
 
     def tenants(self) -> list[tuple[Tenant, TenantQuota | None]]:
-        with Session(self._db) as s:
+        with Session(self._db, expire_on_commit=False) as s:
             return [(t, s.get(TenantQuota, t.id)) for t in s.exec(select(Tenant).order_by(Tenant.name))]
 
     def set_status(self, tenant_id: str, status: str) -> Tenant:
         if status not in ("active", "suspended"):
             raise DirectoryError("status must be active or suspended", code="invalid_status")
-        with Session(self._db) as s:
+        with Session(self._db, expire_on_commit=False) as s:
             tenant = s.get(Tenant, tenant_id)
             if tenant is None:
                 raise DirectoryError("tenant not found", code="tenant_not_found", status=404)
@@ -113,12 +125,17 @@ class Directory:
         return tenant
 
     def set_quota(self, tenant_id: str, **fields: int | str | None) -> TenantQuota:
-        allowed = {"tokens_per_minute", "concurrent_requests", "monthly_token_budget", "monthly_cost_budget_micros",
-                   "tier"}
+        allowed = {
+            "tokens_per_minute",
+            "concurrent_requests",
+            "monthly_token_budget",
+            "monthly_cost_budget_micros",
+            "tier",
+        }
         unknown = set(fields) - allowed
         if unknown:
             raise DirectoryError(f"unknown quota fields {sorted(unknown)}", code="invalid_quota")
-        with Session(self._db) as s:
+        with Session(self._db, expire_on_commit=False) as s:
             quota = s.get(TenantQuota, tenant_id)
             if quota is None:
                 raise DirectoryError("tenant not found", code="tenant_not_found", status=404)
@@ -134,29 +151,55 @@ class Directory:
 
     # -- keys ------------------------------------------------------------------------------------------
 
-    def issue_key(self, tenant_id: str | None, *, name: str = "", admin: bool = False,
-                  allowed_models: list[str] | None = None, expires_at: datetime | None = None) -> IssuedKey:
+    def issue_key(
+        self,
+        tenant_id: str | None,
+        *,
+        name: str = "",
+        admin: bool = False,
+        allowed_models: list[str] | None = None,
+        expires_at: datetime | None = None,
+    ) -> IssuedKey:
         visible = f"{KEY_PREFIX}{secrets.token_hex(4)}"
         key = f"{visible}-{secrets.token_urlsafe(24)}"
-        row = ApiKey(id=str(uuid.uuid4()), tenant_id=tenant_id, prefix=visible, key_hash=self.hash_key(key),
-                     name=name, is_admin=admin, expires_at=expires_at,
-                     allowed_models=",".join(allowed_models) if allowed_models else None)
-        with Session(self._db) as s:
+        row = ApiKey(
+            id=str(uuid.uuid4()),
+            tenant_id=tenant_id,
+            prefix=visible,
+            key_hash=self.hash_key(key),
+            name=name,
+            is_admin=admin,
+            expires_at=expires_at,
+            allowed_models=",".join(allowed_models) if allowed_models else None,
+        )
+        with Session(self._db, expire_on_commit=False) as s:
             if tenant_id is not None and s.get(Tenant, tenant_id) is None:
                 raise DirectoryError("tenant not found", code="tenant_not_found", status=404)
             s.add(row)
             s.commit()
         return IssuedKey(key, row.id, visible)
 
+    def register_key(self, key: str, tenant_id: str, *, name: str) -> str:
+        """Adopt a key chosen by the operator (e.g. `TESSERA_API_KEY`); idempotent. Returns its id."""
+        digest = self.hash_key(key)
+        with Session(self._db, expire_on_commit=False) as s:
+            row = s.exec(select(ApiKey).where(ApiKey.key_hash == digest)).first()
+            if row is not None:
+                return row.id
+            row = ApiKey(id=str(uuid.uuid4()), tenant_id=tenant_id, prefix=key[:12], key_hash=digest, name=name)
+            s.add(row)
+            s.commit()
+            return row.id
+
     def keys(self, tenant_id: str | None) -> list[ApiKey]:
-        with Session(self._db) as s:
-            query = select(ApiKey).order_by(ApiKey.created_at)
+        with Session(self._db, expire_on_commit=False) as s:
+            query = select(ApiKey).order_by(col(ApiKey.created_at))
             if tenant_id is not None:
                 query = query.where(ApiKey.tenant_id == tenant_id)
             return list(s.exec(query))
 
     def revoke_key(self, key_id: str, *, tenant_id: str | None = None) -> ApiKey:
-        with Session(self._db) as s:
+        with Session(self._db, expire_on_commit=False) as s:
             row = s.get(ApiKey, key_id)
             if row is None or (tenant_id is not None and row.tenant_id != tenant_id):
                 raise DirectoryError("key not found", code="key_not_found", status=404)
@@ -169,7 +212,7 @@ class Directory:
 
     def resolve(self, key: str) -> Principal | None:
         """The principal behind a presented key, or None; cached briefly so the hot path rarely hits the DB."""
-        if not key.startswith(KEY_PREFIX):
+        if not key or len(key) > 256:
             return None
         digest = self.hash_key(key)
         now = time.monotonic()
@@ -183,7 +226,7 @@ class Directory:
         return principal
 
     def _load(self, digest: str) -> Principal | None:
-        with Session(self._db) as s:
+        with Session(self._db, expire_on_commit=False) as s:
             row = s.exec(select(ApiKey).where(ApiKey.key_hash == digest)).first()
             if row is None or not hmac.compare_digest(row.key_hash, digest):
                 return None

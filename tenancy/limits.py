@@ -89,18 +89,36 @@ class InProcessLimiter:
             used = sum(e[2] for e in win.entries)
             reset = (win.entries[0][0] + self.window_s - now) if win.entries else 0.0
             if len(win.active) >= limits.concurrent_requests:
-                return Decision(None, limits.tokens_per_minute, limits.tokens_per_minute - used,
-                                limits.concurrent_requests, 0, 1.0, "concurrency")
+                return Decision(
+                    None,
+                    limits.tokens_per_minute,
+                    limits.tokens_per_minute - used,
+                    limits.concurrent_requests,
+                    0,
+                    1.0,
+                    "concurrency",
+                )
             if used + tokens > limits.tokens_per_minute:
-                return Decision(None, limits.tokens_per_minute, limits.tokens_per_minute - used,
-                                limits.concurrent_requests, limits.concurrent_requests - len(win.active),
-                                reset or self.window_s, "tokens")
+                return Decision(
+                    None,
+                    limits.tokens_per_minute,
+                    limits.tokens_per_minute - used,
+                    limits.concurrent_requests,
+                    limits.concurrent_requests - len(win.active),
+                    reset or self.window_s,
+                    "tokens",
+                )
             token = uuid.uuid4().hex
             win.entries.append((now, token, tokens))
             win.active.add(token)
-            return Decision(Reservation(tenant, token, tokens, now), limits.tokens_per_minute,
-                            limits.tokens_per_minute - used - tokens, limits.concurrent_requests,
-                            limits.concurrent_requests - len(win.active), reset)
+            return Decision(
+                Reservation(tenant, token, tokens, now),
+                limits.tokens_per_minute,
+                limits.tokens_per_minute - used - tokens,
+                limits.concurrent_requests,
+                limits.concurrent_requests - len(win.active),
+                reset,
+            )
 
     async def reconcile(self, reservation: Reservation, actual_tokens: int) -> None:
         async with self._lock:
@@ -179,19 +197,33 @@ class RedisLimiter:
         token = uuid.uuid4().hex
         ok, used, active, reset, reason = await self._reserve(
             keys=self._keys(tenant),
-            args=[time.time(), self.window_s, tokens, limits.tokens_per_minute, limits.concurrent_requests, token,
-                  self._slot_ttl],
+            args=[
+                time.time(),
+                self.window_s,
+                tokens,
+                limits.tokens_per_minute,
+                limits.concurrent_requests,
+                token,
+                self._slot_ttl,
+            ],
         )
         reason_s = reason.decode() if isinstance(reason, bytes) else str(reason)
         reset_s = float(reset.decode() if isinstance(reset, bytes) else reset)
         reservation = Reservation(tenant, token, tokens, time.time()) if int(ok) else None
-        return Decision(reservation, limits.tokens_per_minute, limits.tokens_per_minute - int(used),
-                        limits.concurrent_requests, limits.concurrent_requests - int(active), reset_s,
-                        reason_s or None)
+        return Decision(
+            reservation,
+            limits.tokens_per_minute,
+            limits.tokens_per_minute - int(used),
+            limits.concurrent_requests,
+            limits.concurrent_requests - int(active),
+            reset_s,
+            reason_s or None,
+        )
 
     async def reconcile(self, reservation: Reservation, actual_tokens: int) -> None:
-        await self._reconcile(keys=self._keys(reservation.tenant)[:1],
-                              args=[reservation.token, reservation.tokens, actual_tokens])
+        await self._reconcile(
+            keys=self._keys(reservation.tenant)[:1], args=[reservation.token, reservation.tokens, actual_tokens]
+        )
         reservation.tokens = actual_tokens
 
     async def release(self, reservation: Reservation) -> None:

@@ -9,6 +9,7 @@ from litestar import get
 from api.errors import ModelNotFound
 from api.protocol import ModelCard, ModelList
 from serving.pools import ModelPool, PoolRegistry
+from tenancy.directory import Principal
 
 
 def _card(pool: ModelPool) -> ModelCard:
@@ -22,12 +23,12 @@ def _card(pool: ModelPool) -> ModelCard:
 
 
 @get("/v1/models")
-async def list_models(pools: PoolRegistry) -> dict[str, Any]:
+async def list_models(pools: PoolRegistry, principal: Principal) -> dict[str, Any]:
     return ModelList(data=[_card(p) for p in pools.pools]).model_dump(mode="json")
 
 
 @get("/v1/models/{model_id:str}")
-async def retrieve_model(model_id: str, pools: PoolRegistry) -> dict[str, Any]:
+async def retrieve_model(model_id: str, pools: PoolRegistry, principal: Principal) -> dict[str, Any]:
     pool = pools.get(model_id)
     if pool is None:
         raise ModelNotFound(f"the model '{model_id}' does not exist", param="model")

@@ -63,7 +63,7 @@ class NullUsageLog:
     def spawn(self, coro):
         asyncio.get_running_loop().create_task(coro)
 
-    def record(self, *args):
+    def record(self, *args, **kwargs):
         self.records.append(args)
 
 

@@ -1,0 +1,47 @@
+"""GET /v1/usage/{request_id} (a receipt, to its own tenant only) and GET /v1/usage (aggregates)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from litestar import get
+from sqlalchemy import Engine
+
+from api.errors import APIError, InvalidRequest
+from tenancy.directory import Principal
+from tenancy.metering import GROUPS, aggregate, receipt
+
+
+def _when(value: str | None, default: datetime, param: str) -> datetime:
+    if not value:
+        return default
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise InvalidRequest(f"'{param}' must be an ISO 8601 date or time", param=param) from exc
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+@get("/v1/usage/{request_id:str}")
+async def usage_receipt(request_id: str, principal: Principal, db: Engine) -> dict[str, Any]:
+    found = await asyncio.to_thread(receipt, db, principal.tenant_id, request_id)
+    if found is None:
+        err = APIError(f"no usage record '{request_id}' for this tenant", param="request_id", code="not_found")
+        err.status_code = 404
+        raise err
+    return found
+
+
+@get("/v1/usage")
+async def usage_summary(
+    principal: Principal, db: Engine, start: str | None = None, end: str | None = None, group_by: str = "modality"
+) -> dict[str, Any]:
+    if group_by not in GROUPS:
+        raise InvalidRequest(f"group_by must be one of {', '.join(GROUPS)}", param="group_by")
+    now = datetime.now(UTC)
+    since = _when(start, now - timedelta(days=30), "start")
+    until = _when(end, now + timedelta(seconds=1), "end")
+    rows = await asyncio.to_thread(aggregate, db, principal.tenant_id, since, until, group_by)
+    return {"object": "list", "group_by": group_by, "start": since.isoformat(), "end": until.isoformat(), "data": rows}
