@@ -18,6 +18,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 MODELS_DIR = REPO / ".tessera" / "models"
 API_KEY = "sk-test-key"
+ADMIN_KEY = "sk-test-admin"
+REDIS_URL = "redis://127.0.0.1:6379/3"
 MAX_BODY_BYTES = 8 * 1024 * 1024
 STARTUP_TIMEOUT_S = 420
 
@@ -59,6 +61,9 @@ def _wait_healthy(server: LiveServer) -> None:
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     data = tmp_path_factory.mktemp("tessera-data")
+    import redis
+
+    redis.Redis.from_url(REDIS_URL).flushdb()  # a database of its own, emptied for each session
     port = free_port()
     pools = [
         {"name": "small", "aliases": ["8b"]},
@@ -68,6 +73,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     env = {
         **os.environ,
         "TESSERA_API_KEY": API_KEY,
+        "TESSERA_ADMIN_KEY": ADMIN_KEY,
+        "TESSERA_REDIS_URL": REDIS_URL,
+        "TESSERA_RATE_WINDOW_S": "5",
         "TESSERA_PORT": str(port),
         "TESSERA_DATA_DIR": str(data),
         "TESSERA_MODELS_DIR": str(MODELS_DIR),

@@ -1,0 +1,85 @@
+"""Two gateway processes share one tenant's tokens-per-minute limit through Redis."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+
+from tests.conftest import ADMIN_KEY, MODELS_DIR, REPO, LiveServer, _wait_healthy, free_port
+
+WINDOW_S = 5.0  # the session server runs with TESSERA_RATE_WINDOW_S=5
+TPM = 1500
+
+
+@pytest.fixture(scope="module")
+def second_gateway(server: LiveServer):
+    """Another replica: the same database, key secret and Redis; a small-only pool to start quickly."""
+    port = free_port()
+    data = server.log_path.parent
+    env = {
+        **os.environ,
+        "TESSERA_PORT": str(port),
+        "TESSERA_DATA_DIR": str(data),
+        "TESSERA_MODELS_DIR": str(MODELS_DIR),
+        "TESSERA_ADMIN_KEY": ADMIN_KEY,
+        "TESSERA_REDIS_URL": "redis://127.0.0.1:6379/3",
+        "TESSERA_RATE_WINDOW_S": str(WINDOW_S),
+        "TESSERA_POOLS": json.dumps([{"name": "small", "kv_cache_gib": 0.25}]),
+        "TESSERA_DEMO_TENANT": "",
+    }
+    log_path = data / "server2.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "api", "serve"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
+        )
+    live = LiveServer(f"http://127.0.0.1:{port}", proc, log_path)
+    try:
+        _wait_healthy(live)
+        yield live
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+def test_tpm_holds_across_two_replicas(server, second_gateway):
+    admin = {"authorization": f"Bearer {ADMIN_KEY}"}
+    tenant = httpx.post(
+        server.base_url + "/admin/tenants",
+        headers=admin,
+        timeout=30,
+        json={"name": f"shared-{uuid.uuid4().hex[:6]}", "tokens_per_minute": TPM, "concurrent_requests": 64},
+    ).json()
+    key = httpx.post(f"{server.base_url}/admin/tenants/{tenant['id']}/keys", headers=admin, json={}, timeout=30).json()[
+        "key"
+    ]
+    body = {"model": "small", "messages": [{"role": "user", "content": "Count to three."}], "max_tokens": 16}
+
+    def one(i: int) -> tuple[float, int, int]:
+        base = (server if i % 2 else second_gateway).v1
+        sent = time.time()
+        resp = httpx.post(base + "/chat/completions", json=body, timeout=60, headers={"authorization": f"Bearer {key}"})
+        used = resp.json()["usage"]["total_tokens"] if resp.status_code == 200 else 0
+        return sent, resp.status_code, used
+
+    deadline = time.monotonic() + 12
+    results: list[tuple[float, int, int]] = []
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        while time.monotonic() < deadline and len(results) < 2000:
+            results.extend(pool.map(one, range(len(results), len(results) + 16)))
+    accepted = sorted((t, n) for t, status, n in results if status == 200)
+    refused = [r for r in results if r[1] == 429]
+    assert accepted
+    assert refused, "the load must exceed the limit for the test to mean anything"
+    assert all(status in (200, 429) for _, status, _ in results)
+    reservation = 60  # the prompt (~30 tokens) plus max_tokens 16, rounded up
+    worst = max(sum(n for t, n in accepted if start <= t < start + WINDOW_S) for start, _ in accepted)
+    print(f"accepted {len(accepted)}, refused {len(refused)}, worst window {worst} tokens, limit {TPM}")
+    assert worst <= TPM + reservation
