@@ -12,6 +12,7 @@ from litestar.di import Provide
 
 from api.errors import EXCEPTION_HANDLERS
 from api.routes.admin import AdminController
+from api.routes.billing import PriceController, stripe_webhook
 from api.routes.chat import create_chat_completion
 from api.routes.models import list_models, retrieve_model
 from api.routes.ops import health, metrics
@@ -66,9 +67,11 @@ def create_app(settings: Settings, on_ready: Callable[[AppState], None] | None =
         route_handlers=[create_chat_completion, list_models, retrieve_model, usage_receipt, usage_summary],
         dependencies={"principal": Provide(principal)},
     )
-    admin_api = Router(path="/", route_handlers=[AdminController], dependencies={"admin": Provide(admin)})
+    admin_api = Router(
+        path="/", route_handlers=[AdminController, PriceController], dependencies={"admin": Provide(admin)}
+    )
     return Litestar(
-        route_handlers=[api, admin_api, health, metrics],
+        route_handlers=[api, admin_api, health, metrics, stripe_webhook],
         lifespan=[lifespan],
         dependencies={
             "chat": slot.provider(lambda s: s.chat),
@@ -76,6 +79,8 @@ def create_app(settings: Settings, on_ready: Callable[[AppState], None] | None =
             "server_metrics": slot.provider(lambda s: s.metrics),
             "directory": slot.provider(lambda s: s.directory),
             "db": slot.provider(lambda s: s.db),
+            "prices": slot.provider(lambda s: s.prices),
+            "settings": slot.provider(lambda s: s.settings),
         },
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
         request_max_body_size=settings.max_body_bytes,

@@ -73,6 +73,9 @@ class Settings(BaseSettings):
     redis_url: str | None = Field(
         default=None, description="Redis for rate limits shared by replicas. Unset: limits are kept in-process."
     )
+    stripe_api_key: str | None = Field(default=None, description="Stripe secret key; unset: meter events wait.")
+    stripe_api_base: str | None = Field(default=None, description="Stripe API base URL (default Stripe's own).")
+    stripe_webhook_secret: str | None = Field(default=None, description="Signing secret of the Stripe webhook.")
     rate_window_s: float = Field(default=60.0, description="Window of the tokens-per-minute limit, in seconds.")
     pools: list[PoolSettings] = Field(default_factory=_default_pools, description="Model pools to serve.")
     build_demo_models: bool = Field(default=True, description="Build missing demo checkpoints at start-up.")

@@ -22,6 +22,9 @@ from api.metrics import ServerMetrics
 from api.quotas import QuotaGate
 from api.settings import PoolSettings, Settings
 from api.usage_log import UsageLog
+from billing.prices import PriceBook
+from billing.stripe_meters import StripeMeters
+from billing.worker import OutboxWorker
 from db.session import make_engine, upgrade
 from serving.admission import AdmissionController
 from serving.cache import EmbeddingCache
@@ -56,6 +59,7 @@ class AppState:
     auth: Authenticator
     demo_key: str | None
     demo_key_new: bool
+    prices: PriceBook
 
 
 def _private_file(path: Path, make: Callable[[], str]) -> str:
@@ -182,7 +186,12 @@ async def build_state(settings: Settings) -> AsyncIterator[AppState]:
     )
     metrics = ServerMetrics()
     metrics.attach_pools(pools, cache)
-    usage_log = UsageLog(db)
+    prices = PriceBook(db)
+    usage_log = UsageLog(db, prices)
+    worker_task = None
+    if settings.stripe_api_key:
+        worker = OutboxWorker(db, StripeMeters(settings.stripe_api_key, settings.stripe_api_base))
+        worker_task = asyncio.get_running_loop().create_task(worker.run_forever())
     chat = ChatService(settings, pipeline, metrics, usage_log, QuotaGate(limiter, db))
     state = AppState(
         settings,
@@ -197,11 +206,14 @@ async def build_state(settings: Settings) -> AsyncIterator[AppState]:
         Authenticator(directory, settings.admin_key),
         demo_key,
         demo_key_new,
+        prices,
     )
     try:
         yield state
     finally:
         await usage_log.drain()
+        if worker_task is not None:
+            worker_task.cancel()
         for pool in pools.pools:
             if pool.vision is not None:
                 await pool.vision.close()

@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from api.protocol import Usage
+from billing.prices import PriceBook
 from db.models import MODALITY_AUDIO, MODALITY_IMAGE, MODALITY_TEXT, InferenceRequest
 from db.usage import record_usage
 
@@ -17,8 +18,9 @@ logger = logging.getLogger(__name__)
 
 
 class UsageLog:
-    def __init__(self, db: Engine) -> None:
+    def __init__(self, db: Engine, prices: PriceBook) -> None:
         self._db = db
+        self._prices = prices
         self._pending: set[asyncio.Task[Any]] = set()
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
@@ -65,7 +67,11 @@ class UsageLog:
             cached_image_tokens=d.cached_image_tokens,
             cached_audio_tokens=d.cached_audio_tokens,
         )
-        self.spawn(asyncio.to_thread(record_usage, self._db, row))
+        self.spawn(asyncio.to_thread(self._write, row))
+
+    def _write(self, row: InferenceRequest) -> None:
+        row.cost_micros = self._prices.cost_micros(row)
+        record_usage(self._db, row, self._prices.outbox_rows(row))
 
     async def drain(self, timeout_s: float = 10.0) -> None:
         if self._pending:

@@ -93,3 +93,49 @@ class MediaEmbeddingCacheEntry(SQLModel, table=True):
     last_hit_at: datetime | None = None
     created_at: datetime = Field(default_factory=utcnow)
     expires_at: datetime = Field(index=True)
+
+
+class ModelPrice(SQLModel, table=True):
+    """Price per 1M tokens of one model and billable dimension, in millionths of the currency unit."""
+
+    __tablename__ = "model_prices"
+
+    model: str = Field(primary_key=True, max_length=64)
+    dimension: str = Field(primary_key=True, max_length=16)  # text_input | image | audio | cached_media | output
+    micros_per_million: int
+
+
+class BillingOutbox(SQLModel, table=True):
+    """Meter events waiting for Stripe, written in the same transaction as their usage row."""
+
+    __tablename__ = "billing_outbox"
+
+    identifier: str = Field(primary_key=True, max_length=96)  # request id + dimension: Stripe dedupes on it
+    request_id: str = Field(max_length=64, index=True)
+    tenant_id: str = Field(max_length=36, index=True)
+    dimension: str = Field(max_length=16)
+    quantity: int
+    status: str = Field(default="pending", max_length=16, index=True)  # pending | sent
+    attempts: int = 0
+    next_attempt_at: datetime = Field(default_factory=utcnow)
+    last_error: str | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+    sent_at: datetime | None = None
+
+
+class StripeCustomer(SQLModel, table=True):
+    __tablename__ = "stripe_customers"
+
+    tenant_id: str = Field(primary_key=True, max_length=36)
+    customer_id: str = Field(max_length=64, unique=True)
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class WebhookEvent(SQLModel, table=True):
+    """Stripe webhook events received; the primary key makes a replay a no-op."""
+
+    __tablename__ = "webhook_events"
+
+    event_id: str = Field(primary_key=True, max_length=96)
+    event_type: str = Field(max_length=96)
+    received_at: datetime = Field(default_factory=utcnow)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from sqlalchemy import Engine
-from sqlmodel import Session
+from sqlmodel import Session, SQLModel
 
 from db.models import InferenceRequest
 
 
-def record_usage(engine: Engine, row: InferenceRequest) -> None:
-    with Session(engine) as s:
+def record_usage(engine: Engine, row: InferenceRequest, outbox: Sequence[SQLModel] = ()) -> None:
+    """The usage row and its billing outbox rows, in one transaction: both or neither."""
+    with Session(engine, expire_on_commit=False) as s:
         s.add(row)
+        s.add_all(outbox)
         s.commit()

@@ -58,8 +58,19 @@ def _wait_healthy(server: LiveServer) -> None:
     pytest.fail(f"server not healthy after {STARTUP_TIMEOUT_S}s:\n{server.log_tail()}")
 
 
+STRIPE_WEBHOOK_SECRET = "whsec_tessera_test"
+
+
 @pytest.fixture(scope="session")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+def fake_stripe():
+    from tests.fake_stripe import FakeStripe
+
+    with FakeStripe() as fake:
+        yield fake
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory, fake_stripe) -> Iterator[LiveServer]:
     data = tmp_path_factory.mktemp("tessera-data")
     import redis
 
@@ -76,6 +87,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
         "TESSERA_ADMIN_KEY": ADMIN_KEY,
         "TESSERA_REDIS_URL": REDIS_URL,
         "TESSERA_RATE_WINDOW_S": "5",
+        "TESSERA_STRIPE_API_KEY": "sk_test_tessera",
+        "TESSERA_STRIPE_API_BASE": fake_stripe.url,
+        "TESSERA_STRIPE_WEBHOOK_SECRET": STRIPE_WEBHOOK_SECRET,
         "TESSERA_PORT": str(port),
         "TESSERA_DATA_DIR": str(data),
         "TESSERA_MODELS_DIR": str(MODELS_DIR),

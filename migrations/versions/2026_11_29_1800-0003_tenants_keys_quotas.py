@@ -15,14 +15,16 @@ down_revision = "0002"
 branch_labels = None
 depends_on = None
 
-_NEW_USAGE_COLUMNS = [
-    sa.Column("tenant_id", sa.String(length=36), nullable=True),
-    sa.Column("api_key_id", sa.String(length=36), nullable=True),
-    sa.Column("cached_image_tokens", sa.Integer(), nullable=False, server_default="0"),
-    sa.Column("cached_audio_tokens", sa.Integer(), nullable=False, server_default="0"),
-    sa.Column("cost_micros", sa.BigInteger(), nullable=False, server_default="0"),
-    sa.Column("grounding_score", sa.Float(), nullable=True),
-]
+
+def _new_usage_columns() -> list[sa.Column]:  # type: ignore[type-arg]
+    return [
+        sa.Column("tenant_id", sa.String(length=36), nullable=True),
+        sa.Column("api_key_id", sa.String(length=36), nullable=True),
+        sa.Column("cached_image_tokens", sa.Integer(), nullable=False, server_default="0"),
+        sa.Column("cached_audio_tokens", sa.Integer(), nullable=False, server_default="0"),
+        sa.Column("cost_micros", sa.BigInteger(), nullable=False, server_default="0"),
+        sa.Column("grounding_score", sa.Float(), nullable=True),
+    ]
 
 
 def upgrade() -> None:
@@ -59,15 +61,15 @@ def upgrade() -> None:
         sa.Column("tier", sa.String(length=32), nullable=False, server_default="standard"),
     )
     with op.batch_alter_table("inference_requests") as batch:
-        for column in _NEW_USAGE_COLUMNS:
-            batch.add_column(column.copy())
+        for column in _new_usage_columns():
+            batch.add_column(column)
         batch.create_index("ix_inference_requests_tenant_created", ["tenant_id", "created_at"])
 
 
 def downgrade() -> None:
     with op.batch_alter_table("inference_requests") as batch:
         batch.drop_index("ix_inference_requests_tenant_created")
-        for column in reversed(_NEW_USAGE_COLUMNS):
+        for column in reversed(_new_usage_columns()):
             batch.drop_column(column.name)
     op.drop_table("tenant_quota")
     op.drop_index("ix_api_keys_prefix", table_name="api_keys")

@@ -1,0 +1,52 @@
+"""Prices (admin) and the Stripe webhook endpoint."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from litestar import Controller, Request, get, post, put
+from pydantic import BaseModel, Field
+from sqlalchemy import Engine
+
+from api.errors import InvalidRequest
+from api.settings import Settings
+from billing.prices import DIMENSIONS, PriceBook
+from billing.webhooks import receive
+from serving.pools import PoolRegistry
+
+
+class PriceIn(BaseModel):
+    micros_per_million: int = Field(ge=0, description="Price per 1M tokens, in millionths of the currency unit.")
+
+
+class PriceController(Controller):
+    path = "/admin/prices"
+
+    @get("/")
+    async def list_prices(self, prices: PriceBook, pools: PoolRegistry, admin: Any) -> dict[str, Any]:
+        table = await asyncio.to_thread(prices.all, [p.name for p in pools.pools])
+        return {"object": "list", "dimensions": list(DIMENSIONS), "data": table}
+
+    @put("/{model:str}/{dimension:str}")
+    async def set_price(
+        self, model: str, dimension: str, data: PriceIn, prices: PriceBook, admin: Any
+    ) -> dict[str, Any]:
+        if dimension not in DIMENSIONS:
+            raise InvalidRequest(f"dimension must be one of {', '.join(DIMENSIONS)}", param="dimension")
+        await asyncio.to_thread(prices.set, model, dimension, data.micros_per_million)
+        return {"model": model, "dimension": dimension, "micros_per_million": data.micros_per_million}
+
+
+@post("/v1/billing/webhooks/stripe", status_code=200)
+async def stripe_webhook(request: Request[Any, Any, Any], db: Engine, settings: Settings) -> dict[str, Any]:
+    if not settings.stripe_webhook_secret:
+        raise InvalidRequest("Stripe webhooks are not configured", code="webhooks_disabled")
+    payload = await request.body()
+    try:
+        outcome, event = await asyncio.to_thread(
+            receive, db, payload, request.headers.get("stripe-signature"), settings.stripe_webhook_secret
+        )
+    except ValueError as exc:
+        raise InvalidRequest(str(exc), code="invalid_signature") from exc
+    return {"received": True, "outcome": outcome, "id": event["id"]}
