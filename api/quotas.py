@@ -12,7 +12,7 @@ from api.auth import PermissionDenied
 from api.errors import QuotaExceeded, RateLimited
 from tenancy.directory import Principal
 from tenancy.limits import Limits, RateLimiter, Reservation
-from tenancy.metering import tokens_this_month
+from tenancy.metering import spent_this_month
 
 
 @dataclass
@@ -28,7 +28,7 @@ class QuotaGate:
         self._limiter = limiter
         self._db = db
         self._budget_cache_s = budget_cache_s
-        self._month_tokens: dict[str, tuple[float, int]] = {}
+        self._month: dict[str, tuple[float, int, int]] = {}  # tenant -> (valid until, tokens, cost micros)
 
     async def check(self, principal: Principal, pool: str, tokens: int, holder: Admission) -> None:
         if not principal.may_use(pool):
@@ -38,9 +38,15 @@ class QuotaGate:
         quota = principal.quota
         if principal.tenant_id is None or quota is None:
             return
-        budget = quota.monthly_token_budget
-        if budget is not None and await self._used(principal.tenant_id) + tokens > budget:
-            raise QuotaExceeded("the monthly token budget of this tenant is spent; raise it or wait for the next month")
+        if quota.monthly_token_budget is not None or quota.monthly_cost_budget_micros is not None:
+            tokens_used, cost_used = await self._spent(principal.tenant_id)
+            over_tokens = quota.monthly_token_budget is not None and tokens_used + tokens > quota.monthly_token_budget
+            over_cost = quota.monthly_cost_budget_micros is not None and cost_used >= quota.monthly_cost_budget_micros
+            if over_tokens or over_cost:
+                what = "token" if over_tokens else "spending"
+                raise QuotaExceeded(
+                    f"the monthly {what} budget of this tenant is spent; raise it or wait for the next month"
+                )
         decision = await self._limiter.reserve(
             principal.tenant_id, tokens, Limits(quota.tokens_per_minute, quota.concurrent_requests)
         )
@@ -61,15 +67,15 @@ class QuotaGate:
         reservation, holder.reservation = holder.reservation, None
         await self._limiter.reconcile(reservation, actual_tokens)
         await self._limiter.release(reservation)
-        cached = self._month_tokens.get(reservation.tenant)
+        cached = self._month.get(reservation.tenant)
         if cached is not None:
-            self._month_tokens[reservation.tenant] = (cached[0], cached[1] + actual_tokens)
+            self._month[reservation.tenant] = (cached[0], cached[1] + actual_tokens, cached[2])
 
-    async def _used(self, tenant_id: str) -> int:
+    async def _spent(self, tenant_id: str) -> tuple[int, int]:
         now = time.monotonic()
-        cached = self._month_tokens.get(tenant_id)
+        cached = self._month.get(tenant_id)
         if cached is None or cached[0] < now:
-            used = await asyncio.to_thread(tokens_this_month, self._db, tenant_id)
-            self._month_tokens[tenant_id] = (now + self._budget_cache_s, used)
-            return used
-        return cached[1]
+            tokens, cost = await asyncio.to_thread(spent_this_month, self._db, tenant_id)
+            self._month[tenant_id] = (now + self._budget_cache_s, tokens, cost)
+            return tokens, cost
+        return cached[1], cached[2]

@@ -102,21 +102,20 @@ def _text() -> Any:
     return String()
 
 
-def tokens_this_month(db: Engine, tenant_id: str) -> int:
+def spent_this_month(db: Engine, tenant_id: str) -> tuple[int, int]:
+    """(tokens, cost in micros) the tenant has used since the start of this month (UTC)."""
     now = datetime.now(UTC)
     start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    tokens = (
+        InferenceRequest.text_tokens
+        + InferenceRequest.vision_tokens
+        + InferenceRequest.audio_tokens
+        + InferenceRequest.output_tokens
+    )
     with Session(db) as s:
-        total = s.exec(
-            select(
-                func.coalesce(
-                    func.sum(
-                        InferenceRequest.text_tokens
-                        + InferenceRequest.vision_tokens
-                        + InferenceRequest.audio_tokens
-                        + InferenceRequest.output_tokens
-                    ),
-                    0,
-                )
-            ).where(col(InferenceRequest.tenant_id) == tenant_id, col(InferenceRequest.created_at) >= start)
+        row: Any = s.exec(
+            select(func.coalesce(func.sum(tokens), 0), func.coalesce(func.sum(InferenceRequest.cost_micros), 0)).where(
+                col(InferenceRequest.tenant_id) == tenant_id, col(InferenceRequest.created_at) >= start
+            )
         ).one()
-    return int(total)
+    return int(row[0]), int(row[1])

@@ -118,3 +118,39 @@ def test_admin_api_needs_an_admin_key(server):
     dup = httpx.post(server.base_url + "/admin/tenants", headers=ADMIN, json={"name": "demo"})
     assert dup.status_code == 409
     assert dup.json()["error"]["code"] == "tenant_exists"
+
+
+def test_no_key_or_media_bytes_in_the_logs(server):
+    from tests import media
+
+    tenant = _tenant(server)
+    key = _key(server, tenant)
+    url = media.png_data_url(404)
+    client = _client(server, key)
+    client.chat.completions.create(
+        model="small",
+        max_tokens=2,
+        messages=[
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "x"}, {"type": "image_url", "image_url": {"url": url}}],
+            }
+        ],
+    )
+    bad = httpx.post(
+        server.v1 + "/chat/completions",
+        headers={"authorization": f"Bearer {key}"},
+        json={
+            "model": "small",
+            "messages": [
+                {"role": "user", "content": [{"type": "image_url", "image_url": {"url": url[:-40] + "@@@@"}}]}
+            ],
+        },
+    )
+    assert bad.status_code == 400
+    httpx.get(server.v1 + "/models", headers={"authorization": f"Bearer {key}x"})  # a wrong key, logged as 401
+    log = server.log_path.read_text(errors="replace")
+    for secret in (key, key + "x", API_KEY, ADMIN_KEY):
+        assert secret not in log
+    payload = url.split(",", 1)[1]
+    assert payload[100:160] not in log

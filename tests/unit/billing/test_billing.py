@@ -7,7 +7,6 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 import stripe
-from sqlalchemy import create_engine, text
 from sqlmodel import Session, select
 
 from billing.prices import DIMENSIONS, PriceBook, quantities
@@ -15,34 +14,14 @@ from billing.stripe_meters import EVENT_NAMES, StripeMeters
 from billing.webhooks import receive
 from billing.worker import OutboxWorker
 from db.models import BillingOutbox, InferenceRequest, Tenant
-from db.session import make_engine, upgrade
 from db.usage import record_usage
+from tests.dbs import migrated
 from tests.fake_stripe import FakeStripe
-
-PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def db(request, tmp_path):
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'b.db'}"
-        upgrade(url)
-        engine = make_engine(url)
-        yield engine
-        engine.dispose()
-        return
-    name = f"tessera_bill_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = PG_ADMIN.rsplit("/", 1)[0] + f"/{name}"
-    upgrade(url)
-    engine = make_engine(url)
-    yield engine
-    engine.dispose()
-    with admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
-    admin.dispose()
+    yield from migrated(request.param, tmp_path)
 
 
 def _usage(db, prices, n=5, tenant_id=None):

@@ -1,0 +1,109 @@
+"""Keys, tenants, quotas and usage aggregates on SQLite and PostgreSQL."""
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlmodel import Session
+
+from api.quotas import Admission, QuotaGate
+from db.models import ApiKey, InferenceRequest
+from tenancy.directory import Directory, DirectoryError
+from tenancy.limits import InProcessLimiter
+from tenancy.metering import aggregate, receipt, spent_this_month
+from tests.dbs import migrated
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db(request, tmp_path):
+    yield from migrated(request.param, tmp_path)
+
+
+def test_keys_are_stored_hashed_and_resolve_to_their_tenant(db):
+    d = Directory(db, "deployment-secret")
+    acme = d.create_tenant("acme", tokens_per_minute=500)
+    issued = d.issue_key(acme.id, allowed_models=["small"])
+    with Session(db) as s:
+        row = s.get(ApiKey, issued.key_id)
+    assert issued.key not in (row.key_hash, row.prefix)
+    assert row.key_hash == d.hash_key(issued.key)
+    assert Directory(db, "another-deployment").resolve(issued.key) is None  # the secret is part of the hash
+    p = d.resolve(issued.key)
+    assert (p.tenant_name, p.quota.tokens_per_minute) == ("acme", 500)
+    assert p.may_use("small")
+    assert not p.may_use("large")
+    assert d.resolve(issued.key + "x") is None
+    d.revoke_key(issued.key_id)
+    assert d.resolve(issued.key) is None
+    expired = d.issue_key(acme.id, expires_at=datetime.now(UTC) - timedelta(seconds=1))
+    assert d.resolve(expired.key) is None
+    with pytest.raises(DirectoryError) as exc:
+        d.create_tenant("acme")
+    assert exc.value.status == 409
+
+
+def test_usage_aggregates_stay_within_the_tenant(db):
+    d = Directory(db, "s")
+    a, b = d.create_tenant("a"), d.create_tenant("b")
+    with Session(db) as s:
+        for i, (tenant, model) in enumerate([(a, "small"), (a, "large"), (b, "small")]):
+            s.add(
+                InferenceRequest(
+                    request_id=f"r{i}",
+                    tenant_id=tenant.id,
+                    model_variant=model,
+                    modality_mask=3,
+                    text_tokens=10,
+                    vision_tokens=54,
+                    output_tokens=5,
+                    status="completed",
+                    cost_micros=7,
+                )
+            )
+        s.commit()
+    now = datetime.now(UTC)
+    window = (now - timedelta(days=1), now + timedelta(days=1))
+    by_model = aggregate(db, a.id, *window, "model")
+    assert [(r["model"], r["requests"]) for r in by_model] == [("large", 1), ("small", 1)]
+    by_day = aggregate(db, a.id, *window, "day")
+    assert by_day[0]["image_tokens"] == 108
+    assert aggregate(db, b.id, *window, "modality")[4]["requests"] == 1
+    assert receipt(db, a.id, "r2") is None  # b's request, asked for by a
+    assert receipt(db, b.id, "r2")["tokens"]["image"] == 54
+    assert spent_this_month(db, a.id) == (138, 14)
+
+
+def test_budgets_refuse_before_the_engine(db):
+    from api.errors import QuotaExceeded
+
+    d = Directory(db, "s")
+    t = d.create_tenant("t", monthly_token_budget=100)
+    key = d.issue_key(t.id).key
+    gate = QuotaGate(InProcessLimiter(), db, budget_cache_s=0)
+
+    async def run():
+        holder = Admission()
+        await gate.check(d.resolve(key), "small", 60, holder)
+        assert holder.reservation is not None
+        await gate.finish(holder, 60)
+        with Session(db) as s:
+            s.add(
+                InferenceRequest(
+                    request_id="x",
+                    tenant_id=t.id,
+                    model_variant="small",
+                    modality_mask=1,
+                    text_tokens=50,
+                    output_tokens=10,
+                    status="completed",
+                    cost_micros=5,
+                )
+            )
+            s.commit()
+        with pytest.raises(QuotaExceeded):
+            await gate.check(d.resolve(key), "small", 60, Admission())
+        d.set_quota(t.id, monthly_token_budget=None, monthly_cost_budget_micros=5)
+        with pytest.raises(QuotaExceeded, match="spending"):
+            await gate.check(d.resolve(key), "small", 1, Admission())
+
+    asyncio.run(run())
