@@ -75,9 +75,12 @@ def serve(settings: Settings) -> None:
         url = f"http://{settings.host}:{settings.port}/v1"
         models = ", ".join(f"{p.name} ({'+'.join(p.modalities)})" for p in state.pools.pools)
         print(f"\nTessera is serving {models}\n  base_url: {url}", flush=True)
-        if state.demo_key:
-            origin = "issued now, kept in the data dir" if state.demo_key_new else f"tenant '{settings.demo_tenant}'"
-            print(f"  api key:  {state.demo_key}  ({origin})", flush=True)
+        if state.demo_key and settings.api_key:
+            # The operator chose this key; it is not repeated into logs.
+            print(f"  api key:  TESSERA_API_KEY ({state.demo_key[:6]}…), tenant '{settings.demo_tenant}'", flush=True)
+        elif state.demo_key:
+            origin = "issued now" if state.demo_key_new else "issued earlier"
+            print(f"  api key:  {state.demo_key}  ({origin}; kept in {settings.data_dir / 'demo-key'})", flush=True)
 
     app = create_app(settings, on_ready=announce)
     uvicorn.run(
