@@ -1,0 +1,1 @@
+"""HTTP surface: app factory, settings, protocol, routes, streaming, CLI."""

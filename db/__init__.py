@@ -1,0 +1,1 @@
+"""SQLModel tables and database sessions shared by every package."""

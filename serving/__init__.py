@@ -1,0 +1,1 @@
+"""The inference pipeline: media ingest, encoder pools, cache, fusion, admission, routing, engines."""

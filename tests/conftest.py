@@ -61,6 +61,25 @@ def _wait_healthy(server: LiveServer) -> None:
 STRIPE_WEBHOOK_SECRET = "whsec_tessera_test"
 
 
+def run_server(env: dict[str, str], log_path: Path) -> Iterator[LiveServer]:
+    """Start `tessera serve` with `env`, wait until healthy, yield it, and stop it afterwards."""
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "api", "serve"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
+        )
+    live = LiveServer(f"http://127.0.0.1:{env['TESSERA_PORT']}", proc, log_path)
+    try:
+        _wait_healthy(live)
+        yield live
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=30)
+
+
 @pytest.fixture(scope="session")
 def fake_stripe():
     from tests.fake_stripe import FakeStripe
@@ -97,22 +116,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, fake_stripe) -> Iterator[Li
         "TESSERA_FETCH_ALLOW_HOSTS": json.dumps(["localhost"]),
         "TESSERA_POOLS": json.dumps(pools),
     }
-    log_path = data / "server.log"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "api", "serve"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
-        )
-    live = LiveServer(f"http://127.0.0.1:{port}", proc, log_path)
-    try:
-        _wait_healthy(live)
-        yield live
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=30)
+    yield from run_server(env, data / "server.log")
 
 
 @pytest.fixture(scope="session")

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -13,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from tests.conftest import ADMIN_KEY, MODELS_DIR, REPO, LiveServer, _wait_healthy, free_port
+from tests.conftest import ADMIN_KEY, MODELS_DIR, LiveServer, free_port, run_server
 
 WINDOW_S = 5.0  # the session server runs with TESSERA_RATE_WINDOW_S=5
 TPM = 1500
@@ -35,18 +33,7 @@ def second_gateway(server: LiveServer):
         "TESSERA_POOLS": json.dumps([{"name": "small", "kv_cache_gib": 0.25}]),
         "TESSERA_DEMO_TENANT": "",
     }
-    log_path = data / "server2.log"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "api", "serve"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
-        )
-    live = LiveServer(f"http://127.0.0.1:{port}", proc, log_path)
-    try:
-        _wait_healthy(live)
-        yield live
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
+    yield from run_server(env, data / "server2.log")
 
 
 def test_tpm_holds_across_two_replicas(server, second_gateway):
