@@ -38,7 +38,9 @@ class Authenticator:
             raise AuthenticationError("missing API key: send `Authorization: Bearer <key>`")
         if self._admin_key is not None and hmac.compare_digest(token.encode(), self._admin_key):
             return Principal("admin", None, None, True, None, None)
-        found = await asyncio.to_thread(self._directory.resolve, token)
+        hit, found = self._directory.cached(token)
+        if not hit:
+            found = await asyncio.to_thread(self._directory.resolve, token)
         if found is None:
             raise AuthenticationError("incorrect, revoked or expired API key")
         return found

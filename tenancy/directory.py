@@ -210,6 +210,14 @@ class Directory:
         self.forget()
         return row
 
+    def cached(self, key: str) -> tuple[bool, Principal | None]:
+        """(found in the cache, principal) without touching the database: safe on the event loop."""
+        with self._lock:
+            hit = self._cache.get(self.hash_key(key))
+        if hit is not None and hit[0] > time.monotonic():
+            return True, hit[1]
+        return False, None
+
     def resolve(self, key: str) -> Principal | None:
         """The principal behind a presented key, or None; cached briefly so the hot path rarely hits the DB."""
         if not key or len(key) > 256:
