@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 from litestar import Litestar, Request, Router
+from litestar.config.csrf import CSRFConfig
+from litestar.contrib.jinja import JinjaTemplateEngine
 from litestar.di import Provide
+from litestar.middleware.session.client_side import CookieBackendConfig
+from litestar.static_files import create_static_files_router
+from litestar.template.config import TemplateConfig
 
 from api.errors import EXCEPTION_HANDLERS
 from api.routes.admin import AdminController
@@ -18,10 +25,13 @@ from api.routes.models import list_models, retrieve_model
 from api.routes.ops import health, metrics
 from api.routes.usage import usage_receipt, usage_summary
 from api.settings import Settings
-from api.state import AppState, build_state
+from api.state import AppState, build_state, console_secret
+from console.controllers import ConsoleController
 from tenancy.directory import Principal
 
 logger = logging.getLogger(__name__)
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 class _StateSlot:
@@ -70,8 +80,30 @@ def create_app(settings: Settings, on_ready: Callable[[AppState], None] | None =
     admin_api = Router(
         path="/", route_handlers=[AdminController, PriceController], dependencies={"admin": Provide(admin)}
     )
+    secret = hashlib.sha256(b"tessera-console:" + console_secret(settings).encode()).digest()
+    sessions = CookieBackendConfig(
+        secret=secret[:16], httponly=True, samesite="lax", secure=settings.console_secure_cookies, key="tessera_session"
+    )
+    csrf = CSRFConfig(
+        secret=secret.hex(),
+        cookie_httponly=False,
+        cookie_samesite="lax",
+        cookie_secure=settings.console_secure_cookies,
+        exclude=["/v1", "/admin", "/health", "/metrics", "/static"],
+    )
     return Litestar(
-        route_handlers=[api, admin_api, health, metrics, stripe_webhook],
+        route_handlers=[
+            api,
+            admin_api,
+            health,
+            metrics,
+            stripe_webhook,
+            ConsoleController,
+            create_static_files_router(path="/static", directories=[ROOT / "static"]),
+        ],
+        middleware=[sessions.middleware],
+        csrf_config=csrf,
+        template_config=TemplateConfig(directory=ROOT / "templates", engine=JinjaTemplateEngine),
         lifespan=[lifespan],
         dependencies={
             "chat": slot.provider(lambda s: s.chat),

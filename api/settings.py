@@ -73,6 +73,9 @@ class Settings(BaseSettings):
     redis_url: str | None = Field(
         default=None, description="Redis for rate limits shared by replicas. Unset: limits are kept in-process."
     )
+    console_secure_cookies: bool = Field(
+        default=False, description="Mark console cookies Secure; turn on when the console is served over https."
+    )
     stripe_api_key: str | None = Field(default=None, description="Stripe secret key; unset: meter events wait.")
     stripe_api_base: str | None = Field(default=None, description="Stripe API base URL (default Stripe's own).")
     stripe_webhook_secret: str | None = Field(default=None, description="Signing secret of the Stripe webhook.")

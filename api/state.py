@@ -74,10 +74,14 @@ def _private_file(path: Path, make: Callable[[], str]) -> str:
     return value
 
 
+def console_secret(settings: Settings) -> str:
+    """The per-deployment secret: keys are hashed with it, console sessions and CSRF tokens derive from it."""
+    return settings.key_secret or _private_file(settings.data_dir / "key-secret", lambda: secrets.token_hex(32))
+
+
 def setup_tenancy(settings: Settings, db: Engine) -> tuple[Directory, str | None, bool]:
     """The key directory, plus the demo tenant's key: the configured one, or one issued once and kept."""
-    secret = settings.key_secret or _private_file(settings.data_dir / "key-secret", lambda: secrets.token_hex(32))
-    directory = Directory(db, secret)
+    directory = Directory(db, console_secret(settings))
     if not settings.demo_tenant:
         return directory, None, False
     try:

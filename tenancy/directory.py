@@ -233,22 +233,31 @@ class Directory:
             self._cache[digest] = (now + self._cache_ttl, principal)
         return principal
 
+    def by_key_id(self, key_id: str) -> Principal | None:
+        """The principal of a key known by id (a console session), with the same checks as `resolve`."""
+        with Session(self._db, expire_on_commit=False) as s:
+            row = s.get(ApiKey, key_id)
+            return self._principal(s, row) if row is not None else None
+
     def _load(self, digest: str) -> Principal | None:
         with Session(self._db, expire_on_commit=False) as s:
             row = s.exec(select(ApiKey).where(ApiKey.key_hash == digest)).first()
             if row is None or not hmac.compare_digest(row.key_hash, digest):
                 return None
-            if row.revoked_at is not None:
-                return None
-            expires = _aware(row.expires_at)
-            if expires is not None and expires <= _now():
-                return None
-            tenant = s.get(Tenant, row.tenant_id) if row.tenant_id else None
-            if tenant is not None and tenant.status != "active":
-                return None
-            quota = s.get(TenantQuota, row.tenant_id) if row.tenant_id else None
-            models = frozenset(m for m in (row.allowed_models or "").split(",") if m) or None
-            return Principal(row.id, row.tenant_id, tenant.name if tenant else None, row.is_admin, models, quota)
+            return self._principal(s, row)
+
+    def _principal(self, s: Session, row: ApiKey) -> Principal | None:
+        if row.revoked_at is not None:
+            return None
+        expires = _aware(row.expires_at)
+        if expires is not None and expires <= _now():
+            return None
+        tenant = s.get(Tenant, row.tenant_id) if row.tenant_id else None
+        if tenant is not None and tenant.status != "active":
+            return None
+        quota = s.get(TenantQuota, row.tenant_id) if row.tenant_id else None
+        models = frozenset(m for m in (row.allowed_models or "").split(",") if m) or None
+        return Principal(row.id, row.tenant_id, tenant.name if tenant else None, row.is_admin, models, quota)
 
     def forget(self) -> None:
         with self._lock:

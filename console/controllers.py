@@ -1,0 +1,149 @@
+"""Console pages: sign-in, sign-out and the playground, which runs prompts through the API's own serving path."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+from typing import Annotated, Any
+
+from litestar import Controller, Request, Response, get, post
+from litestar.datastructures import UploadFile
+from litestar.enums import MediaType, RequestEncodingType
+from litestar.exceptions import NotAuthorizedException
+from litestar.params import Body
+from litestar.response import Redirect, Stream, Template
+
+from api.chat_serving import ChatService
+from api.errors import to_api_error
+from api.parsing import parse_chat_request
+from api.streaming import stream
+from serving.pools import PoolRegistry
+from tenancy.directory import Directory, Principal
+
+SESSION_KEY = "key_id"
+AUDIO_TYPES = {"audio/wav": "wav", "audio/x-wav": "wav", "audio/wave": "wav", "audio/mpeg": "mp3", "audio/mp3": "mp3"}
+
+
+async def console_principal(request: Request[Any, Any, Any], directory: Directory) -> Principal:
+    key_id = request.session.get(SESSION_KEY) if request.session else None
+    found = await asyncio.to_thread(directory.by_key_id, key_id) if key_id else None
+    if found is None:
+        raise NotAuthorizedException("sign in first")
+    return found
+
+
+def _data_url(raw: bytes, mime: str) -> str:
+    return f"data:{mime};base64," + base64.b64encode(raw).decode()
+
+
+class ConsoleController(Controller):
+    path = "/console"
+
+    @get("/", name="console:home")
+    async def home(self) -> Redirect:
+        return Redirect("/console/playground")
+
+    @get("/signin", name="console:signin")
+    async def signin_page(self, error: str | None = None) -> Template:
+        return Template("console/signin.html.jinja2", context={"error": error}, media_type=MediaType.HTML)
+
+    @post("/signin")
+    async def signin(
+        self,
+        request: Request[Any, Any, Any],
+        directory: Directory,
+        data: Annotated[dict[str, str], Body(media_type=RequestEncodingType.URL_ENCODED)],
+    ) -> Any:
+        principal = await asyncio.to_thread(directory.resolve, data.get("api_key", "").strip())
+        if principal is None or principal.tenant_id is None:
+            return Template(
+                "console/signin.html.jinja2",
+                context={"error": "That key is not valid."},
+                status_code=401,
+                media_type=MediaType.HTML,
+            )
+        request.set_session({SESSION_KEY: principal.key_id})
+        return Redirect("/console/playground")
+
+    @post("/signout")
+    async def signout(self, request: Request[Any, Any, Any]) -> Redirect:
+        request.clear_session()
+        return Redirect("/console/signin")
+
+    @get("/playground", name="console:playground")
+    async def playground(self, request: Request[Any, Any, Any], directory: Directory, pools: PoolRegistry) -> Any:
+        try:
+            principal = await console_principal(request, directory)
+        except NotAuthorizedException:
+            return Redirect("/console/signin")
+        models = [p.name for p in pools.pools if principal.may_use(p.name)]
+        return Template(
+            "console/playground.html.jinja2",
+            media_type=MediaType.HTML,
+            context={
+                "tenant": principal.tenant_name,
+                "models": [*models, "auto"],
+                "base_url": str(request.base_url).rstrip("/") + "/v1",
+            },
+        )
+
+    @post("/playground/run")
+    async def run(
+        self,
+        request: Request[Any, Any, Any],
+        directory: Directory,
+        chat: ChatService,
+        data: Annotated[dict[str, Any], Body(media_type=RequestEncodingType.MULTI_PART)],
+    ) -> Any:
+        """The form becomes an OpenAI request and goes through the same parsing and serving as /v1."""
+        principal = await console_principal(request, directory)
+        started = time.monotonic()
+        try:
+            body = await _chat_body(data)
+            req = parse_chat_request(json.dumps(body).encode())
+            gen = await chat.prepare(req, started, principal)
+            response: Stream = await stream(chat, req, gen)
+            return response
+        except Exception as exc:
+            err = to_api_error(exc)
+            return Response(err.body(), status_code=err.status_code, headers=err.headers)
+
+
+async def _chat_body(data: dict[str, Any]) -> dict[str, Any]:
+    parts: list[dict[str, Any]] = []
+    text = str(data.get("text") or "")
+    if text:
+        parts.append({"type": "text", "text": text})
+    images = data.get("images") or []
+    for upload in images if isinstance(images, list) else [images]:
+        if isinstance(upload, UploadFile) and upload.filename:
+            parts.append(
+                {
+                    "type": "image_url",
+                    "image_url": {"url": _data_url(await upload.read(), upload.content_type or "image/png")},
+                }
+            )
+    audio = data.get("audio")
+    if isinstance(audio, UploadFile) and audio.filename:
+        fmt = AUDIO_TYPES.get(audio.content_type or "", "mp3" if audio.filename.endswith(".mp3") else "wav")
+        parts.append(
+            {
+                "type": "input_audio",
+                "input_audio": {"data": base64.b64encode(await audio.read()).decode(), "format": fmt},
+            }
+        )
+    messages: list[dict[str, Any]] = []
+    system = str(data.get("system") or "").strip()
+    if system:
+        messages.append({"role": "system", "content": system})
+    messages.append({"role": "user", "content": parts})
+    return {
+        "model": str(data.get("model") or "auto"),
+        "messages": messages,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "max_tokens": int(data.get("max_tokens") or 64),
+        "temperature": float(data.get("temperature") or 0.0),
+    }

@@ -1,0 +1,99 @@
+// The playground: image previews, streaming the answer from the console's run endpoint, and the breakdown.
+(function () {
+  const form = document.getElementById("prompt");
+  const answer = document.getElementById("answer");
+  const breakdown = document.getElementById("breakdown");
+  const code = document.getElementById("code");
+  const toast = document.getElementById("toast");
+
+  document.getElementById("images").addEventListener("change", (event) => {
+    const previews = document.getElementById("previews");
+    previews.replaceChildren();
+    for (const file of event.target.files) {
+      const img = document.createElement("img");
+      img.alt = "Preview of " + file.name;
+      img.src = URL.createObjectURL(file);
+      previews.appendChild(img);
+    }
+  });
+
+  function row(label, value) {
+    const dt = document.createElement("dt");
+    dt.textContent = label;
+    const dd = document.createElement("dd");
+    dd.textContent = value;
+    dd.dataset.field = label;
+    breakdown.append(dt, dd);
+  }
+
+  function snippet(fields) {
+    const base = form.dataset.baseUrl;
+    const content = [{ type: "text", text: fields.get("text") }];
+    const images = form.querySelector("#images").files.length;
+    for (let i = 0; i < images; i++) content.push({ type: "image_url", image_url: { url: "data:image/png;base64,<...>" } });
+    if (form.querySelector("#audio").files.length) content.push({ type: "input_audio", input_audio: { data: "<base64>", format: "wav" } });
+    const body = { model: fields.get("model"), messages: [{ role: "user", content }], max_tokens: Number(fields.get("max_tokens")), temperature: Number(fields.get("temperature")), stream: true };
+    return "curl " + base + "/chat/completions \\\n  -H 'Authorization: Bearer $TESSERA_API_KEY' -H 'Content-Type: application/json' \\\n  -d '" + JSON.stringify(body) + "'\n\n" +
+      "import json, os\nfrom openai import OpenAI\n\nclient = OpenAI(base_url=\"" + base + "\", api_key=os.environ[\"TESSERA_API_KEY\"])\n" +
+      "request = json.loads(" + JSON.stringify(JSON.stringify(body)) + ")\n" +
+      "for chunk in client.chat.completions.create(**request):\n    if chunk.choices:\n        print(chunk.choices[0].delta.content or \"\", end=\"\")\n";
+  }
+
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const fields = new FormData(form);
+    answer.textContent = "";
+    breakdown.replaceChildren();
+    answer.setAttribute("aria-busy", "true");
+    code.textContent = snippet(fields);
+    const started = performance.now();
+    let firstToken = null;
+    const response = await fetch("/console/playground/run", {
+      method: "POST", body: fields, headers: { "x-csrftoken": fields.get("_csrf_token") },
+    });
+    if (!response.ok) {
+      const err = await response.json().catch(() => ({ error: { message: response.statusText } }));
+      toast.textContent = err.error.message;
+      setTimeout(() => { toast.textContent = ""; }, 6000);
+      answer.setAttribute("aria-busy", "false");
+      return;
+    }
+    const reader = response.body.getReader();
+    const decoder = new TextDecoder();
+    let buffer = "", usage = null, id = null, tokens = 0;
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buffer += decoder.decode(value, { stream: true });
+      let cut;
+      while ((cut = buffer.indexOf("\n\n")) >= 0) {
+        const line = buffer.slice(0, cut).replace(/^data: /, "");
+        buffer = buffer.slice(cut + 2);
+        if (line === "[DONE]") continue;
+        const chunk = JSON.parse(line);
+        if (chunk.error) { toast.textContent = chunk.error.message; continue; }
+        id = chunk.id;
+        if (chunk.usage) usage = chunk.usage;
+        const delta = chunk.choices && chunk.choices[0] && chunk.choices[0].delta.content;
+        if (delta) {
+          if (firstToken === null) firstToken = performance.now();
+          tokens += 1;
+          answer.textContent += delta;
+        }
+      }
+    }
+    const total = performance.now() - started;
+    answer.setAttribute("aria-busy", "false");
+    const d = usage.prompt_tokens_details;
+    row("model", response.headers.get("x-tessera-model") + " (" + response.headers.get("x-tessera-route") + ")");
+    row("text tokens", d.text_tokens);
+    row("image tokens", d.image_tokens + (d.cached_image_tokens ? " (" + d.cached_image_tokens + " cached)" : ""));
+    row("audio tokens", d.audio_tokens + (d.cached_audio_tokens ? " (" + d.cached_audio_tokens + " cached)" : ""));
+    row("prefix-cached tokens", d.cached_tokens);
+    row("output tokens", usage.completion_tokens);
+    row("TTFT", firstToken === null ? "n/a" : Math.round(firstToken - started) + " ms");
+    row("TPOT", firstToken === null || usage.completion_tokens < 2 ? "n/a" : Math.round((total - (firstToken - started)) / (usage.completion_tokens - 1)) + " ms");
+    row("total latency", Math.round(total) + " ms");
+    row("request id", id);
+  });
+})();
