@@ -177,10 +177,6 @@ class ChatService:
             if self._quotas is not None:
                 self._usage_log.spawn(self._quotas.finish(gen.admission, usage.total_tokens))
 
-    def discard(self, gen: Generation) -> None:
-        """A prepared request that never reached the engine: give its admission back."""
-        self._pipeline.release(gen.prepared)
-
     def _observe(self, gen: Generation, delta: EngineDelta) -> None:
         now = time.monotonic()
         if delta.prompt_token_ids:

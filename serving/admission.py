@@ -15,7 +15,6 @@ import asyncio
 import heapq
 import itertools
 import math
-import time
 from dataclasses import dataclass, field
 
 from serving.errors import ServingError
@@ -163,13 +162,3 @@ class AdmissionController:
 
     def _retry_after(self) -> float:
         return max(1.0, min(self.max_wait_s, 2.0 + self.queue_depth * 0.5))
-
-
-@dataclass
-class AdmissionClock:
-    """Time spent waiting for admission, for metrics."""
-
-    started: float = field(default_factory=time.monotonic)
-
-    def waited(self) -> float:
-        return time.monotonic() - self.started

@@ -1,11 +1,10 @@
-"""Fusion: media results put back in the client's order, with prefix hashes chained over the segments."""
+"""Fusion: the request as ordered segments, with prefix hashes chained over them."""
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from serving.ingest import MessagePlan
 
@@ -44,11 +43,3 @@ def prefix_hashes(segments: Sequence[Segment]) -> list[str]:
         running.update(seg.kind.encode() + b"\0" + seg.digest.encode() + b"\0")
         hashes.append(running.copy().hexdigest())
     return hashes
-
-
-def in_client_order(results: Mapping[int, Any], count: int) -> list[Any]:
-    """Encoder results keyed by the media item's index, whatever order they finished in."""
-    missing = [i for i in range(count) if i not in results]
-    if missing:
-        raise ValueError(f"media items {missing} have no encoder result")
-    return [results[i] for i in range(count)]

@@ -68,7 +68,6 @@ async def _call(fn: Any, *args: Any, **kwargs: Any) -> Any:
 
 class AdminController(Controller):
     path = "/admin"
-    dependencies = {}  # noqa: RUF012 (Litestar reads this class attribute)
 
     @get("/tenants")
     async def list_tenants(self, directory: Directory, admin: Any) -> dict[str, Any]:

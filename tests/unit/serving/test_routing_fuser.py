@@ -4,7 +4,7 @@ import random
 import pytest
 
 from api.protocol import ChatMessage
-from serving.fuser import in_client_order, prefix_hashes, segments_of
+from serving.fuser import prefix_hashes, segments_of
 from serving.ingest import plan_messages
 from serving.routing import ModalityUnsupported, PoolView, RouteRequest, UnknownModel, route
 
@@ -60,23 +60,33 @@ def _plan():
     return plan_messages(msgs, max_images=4)
 
 
-def test_results_return_in_client_order_whatever_finishes_first():
-    async def run():
-        async def encode(i):
-            await asyncio.sleep(random.random() / 100)
-            return f"emb-{i}"
+def test_images_return_in_client_order_whatever_finishes_first():
+    """The pipeline's image results follow the client's order even when the encoder answers out of order."""
+    from serving.encoders import ImageEmbedding, VisionGeometry
+    from serving.media.images import LoadedImage
+    from serving.pipeline import Pipeline
+    from serving.pools import ModelPool, PoolRegistry
+    from tests import media
 
-        done: dict[int, str] = {}
-        tasks = {asyncio.create_task(encode(i)): i for i in range(6)}
-        for fut in asyncio.as_completed(list(tasks)):
-            value = await fut
-            done[int(value.split("-")[1])] = value
-        return in_client_order(done, 6)
+    class ShuffledVision:
+        identity = "shuffled"
+        geometry = VisionGeometry(14, 2, 56 * 56, 224 * 224)
+
+        async def encode(self, image):
+            seed = image.getpixel((0, 0))[0]
+            await asyncio.sleep(random.random() / 50)  # finishes in a random order
+            return ImageEmbedding(torch.full((4, 2), float(seed)), (1, 4, 4))
+
+    import torch
 
     random.seed(3)
-    assert asyncio.run(run()) == [f"emb-{i}" for i in range(6)]
-    with pytest.raises(ValueError, match="no encoder result"):
-        in_client_order({0: "a"}, 2)
+    images = [media.image(i, (32, 32)) for i in range(6)]
+    loaded = [LoadedImage(img, f"{i:064d}") for i, img in enumerate(images)]
+    pool = ModelPool("p", None, vision=ShuffledVision())  # type: ignore[arg-type]
+    pipeline = Pipeline(PoolRegistry([pool]), None, None, max_images=8)  # type: ignore[arg-type]
+    embeds, cached = asyncio.run(pipeline._encode_images(pool, loaded))
+    assert [float(e.embeds[0, 0]) for e in embeds] == [float(img.getpixel((0, 0))[0]) for img in images]
+    assert cached == 0
 
 
 def test_prefix_hashes_chain_over_segments():
