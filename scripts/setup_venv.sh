@@ -19,7 +19,9 @@ started=$(date +%s)
 # The browser tests drive Debian's Chromium; Playwright's own browser download is not used.
 if ! command -v chromium >/dev/null 2>&1; then
     echo "setup: installing Debian's chromium for the browser tests"
-    if [[ $(id -u) -eq 0 ]]; then apt-get install -y -q chromium >/dev/null; else sudo apt-get install -y -q chromium >/dev/null; fi
+    SUDO=(); [[ $(id -u) -eq 0 ]] || SUDO=(sudo)
+    "${SUDO[@]}" apt-get install -y -q chromium >/dev/null 2>&1 \
+        || { "${SUDO[@]}" apt-get update -q >/dev/null && "${SUDO[@]}" apt-get install -y -q chromium >/dev/null; }
 fi
 if [[ ! -x $VENV/bin/python ]]; then
     echo "setup: creating $VENV with $($PYTHON --version)"
