@@ -27,6 +27,7 @@ from api.routes.usage import usage_receipt, usage_summary
 from api.settings import Settings
 from api.state import AppState, build_state, console_secret
 from console.controllers import ConsoleController
+from console.keys import KeysController
 from tenancy.directory import Principal
 
 logger = logging.getLogger(__name__)
@@ -99,6 +100,7 @@ def create_app(settings: Settings, on_ready: Callable[[AppState], None] | None =
             metrics,
             stripe_webhook,
             ConsoleController,
+            KeysController,
             create_static_files_router(path="/static", directories=[ROOT / "static"]),
         ],
         middleware=[sessions.middleware],

@@ -98,3 +98,31 @@ def test_post_without_csrf_token_is_refused(server, tenant_key):
         token = http.cookies["csrftoken"]
         ok = http.post("/console/signin", data={"api_key": tenant_key, "_csrf_token": token})
         assert ok.status_code in (302, 303, 201, 200)
+
+
+def test_keys_page_issues_once_restricts_and_revokes(server, browser, tenant_key):
+    page = browser.new_page()
+    _sign_in(page, server, tenant_key)
+    page.get_by_role("link", name="Keys").click()
+    page.wait_for_url("**/console/keys")
+    assert page.get_by_text("in use here").count() == 1
+    page.get_by_label("Name").fill("ci-bot")
+    page.get_by_label("small").check()
+    page.get_by_role("button", name="Create key").click()
+    page.wait_for_selector("#new-key")
+    new_key = page.locator("#new-key").inner_text().strip()
+    assert new_key.startswith("sk-tsr-")
+    _shoot(page, "keys")
+    page.goto(server.base_url + "/console/keys")  # shown once: coming back must not show it again
+    assert page.locator("#new-key").count() == 0
+    assert new_key not in page.content()
+    row = page.locator("tr", has_text="ci-bot")
+    assert "small" in row.inner_text()
+    auth = {"authorization": f"Bearer {new_key}"}
+    body = {"model": "large", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    assert httpx.post(server.v1 + "/chat/completions", headers=auth, json=body).status_code == 403
+    row.get_by_role("button", name=f"Revoke {new_key[:15]}").click()
+    page.wait_for_function("document.querySelector('main').innerText.includes('revoked')")
+    assert "revoked" in page.locator("tr", has_text="ci-bot").inner_text()
+    assert httpx.get(server.v1 + "/models", headers=auth).status_code == 401
+    page.close()
