@@ -14,6 +14,7 @@ import logging
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -88,20 +89,31 @@ class EmbeddingCache:
 
     # -- public, async ------------------------------------------------------------------------------
 
-    async def get(self, key: str, kind: str) -> CachedEmbedding | None:
-        hit = self._memory_get(key)
-        if hit is not None:
-            self.stats.hits_memory += 1
-            self.stats.count(kind, "hit")
-            return hit
-        found = await asyncio.to_thread(self._disk_get, key)
+    async def get(
+        self, key: str, kind: str, valid: Callable[[CachedEmbedding], bool] | None = None
+    ) -> CachedEmbedding | None:
+        """The entry, or None. An entry that `valid` rejects (it does not match the medium) is counted as
+        corrupt and dropped from both tiers, so the caller re-encodes and replaces it."""
+        found = self._memory_get(key)
+        tier = "memory"
+        if found is None:
+            found = await asyncio.to_thread(self._disk_get, key)
+            tier = "disk"
+        if found is not None and valid is not None and not valid(found):
+            self.stats.corrupt += 1
+            self._memory_forget(key)
+            await asyncio.to_thread(self._disk_forget, key)
+            found = None
         if found is None:
             self.stats.misses += 1
             self.stats.count(kind, "miss")
             return None
-        self.stats.hits_disk += 1
+        if tier == "memory":
+            self.stats.hits_memory += 1
+        else:
+            self.stats.hits_disk += 1
+            self._memory_put(key, found)
         self.stats.count(kind, "hit")
-        self._memory_put(key, found)
         return found
 
     async def put(self, key: str, kind: str, content_hash: str, encoder_id: str, entry: CachedEmbedding) -> None:
@@ -137,6 +149,12 @@ class EmbeddingCache:
                 _, evicted = self._memory.popitem(last=False)
                 self._memory_bytes -= evicted.nbytes
                 self.stats.evictions += 1
+
+    def _memory_forget(self, key: str) -> None:
+        with self._lock:
+            old = self._memory.pop(key, None)
+            if old is not None:
+                self._memory_bytes -= old.nbytes
 
     def forget_memory(self) -> None:
         with self._lock:
@@ -208,6 +226,12 @@ class EmbeddingCache:
         with Session(self._db) as s:
             s.merge(row)
             s.commit()
+
+    def _disk_forget(self, key: str) -> None:
+        with Session(self._db) as s:
+            row = s.get(MediaEmbeddingCacheEntry, key)
+            if row is not None:
+                self._drop(s, row, "does not match its medium")
 
     def _drop(self, s: Session, row: MediaEmbeddingCacheEntry, why: str) -> None:
         Path(row.storage_uri).unlink(missing_ok=True)

@@ -6,7 +6,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from serving.admission import PRIORITIES, Ticket
 from serving.cache import CachedEmbedding, EmbeddingCache, cache_key
@@ -21,6 +21,8 @@ from serving.pools import ModelPool, PoolRegistry
 from serving.routing import PoolView, RouteRequest, RoutingPolicy, route
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -172,45 +174,63 @@ class Pipeline:
     async def _one_audio(self, pool: ModelPool, audio: LoadedAudio) -> tuple[AudioFeatures, bool]:
         encoder = pool.audio
         assert encoder is not None
-        key = cache_key(encoder.identity, audio.content_hash)
-        expected_frames = round(audio.seconds * 100)
-        if self.cache is not None:
-            hit = await self.cache.get(key, "audio")
-            if hit is not None and "features" in hit.tensors and abs(hit.token_count - expected_frames) <= 1:
-                return AudioFeatures(hit.tensors["features"].T.contiguous(), hit.token_count), True
-            if hit is not None:
-                self.cache.stats.corrupt += 1
-        features = await encoder.encode(audio.samples)
-        if self.cache is not None:
-            entry = CachedEmbedding({"features": features.features.T.contiguous()}, features.frames)
-            await self.cache.put(key, "audio", audio.content_hash, encoder.identity, entry)
-        return features, False
+        frames = round(audio.seconds * 100)
+        return await self._through_cache(
+            "audio",
+            encoder.identity,
+            audio.content_hash,
+            valid=lambda hit: "features" in hit.tensors and abs(hit.token_count - frames) <= 1,
+            unpack=lambda hit: AudioFeatures(hit.tensors["features"].T.contiguous(), hit.token_count),
+            encode=lambda: encoder.encode(audio.samples),
+            pack=lambda f: CachedEmbedding({"features": f.features.T.contiguous()}, f.frames),
+        )
 
     async def _encode_images(self, pool: ModelPool, images: list[LoadedImage]) -> tuple[list[ImageEmbedding], int]:
         results = await asyncio.gather(*(self._one_image(pool, img) for img in images))
         return [emb for emb, _ in results], sum(emb.tokens for emb, hit in results if hit)
 
     async def _one_image(self, pool: ModelPool, image: LoadedImage) -> tuple[ImageEmbedding, bool]:
+        import torch
+
         vision = pool.vision
         assert vision is not None
-        key = cache_key(vision.identity, image.content_hash)
         expected = vision.geometry.tokens_for(*image.size)
-        if self.cache is not None:
-            hit = await self.cache.get(key, "image")
-            if hit is not None and hit.token_count == expected and "grid_thw" in hit.tensors:
-                grid = tuple(int(x) for x in hit.tensors["grid_thw"].tolist())
-                return ImageEmbedding(hit.tensors["embeds"], (grid[0], grid[1], grid[2])), True
-            if hit is not None:
-                self.cache.stats.corrupt += 1  # an entry that does not match this image is never served
-        embedding = await vision.encode(image.image)
-        if self.cache is not None:
-            import torch
 
-            entry = CachedEmbedding(
-                {"embeds": embedding.embeds, "grid_thw": torch.tensor(embedding.grid_thw)}, embedding.tokens
-            )
-            await self.cache.put(key, "image", image.content_hash, vision.identity, entry)
-        return embedding, False
+        def unpack(hit: CachedEmbedding) -> ImageEmbedding:
+            t, h, w = (int(x) for x in hit.tensors["grid_thw"].tolist())
+            return ImageEmbedding(hit.tensors["embeds"], (t, h, w))
+
+        return await self._through_cache(
+            "image",
+            vision.identity,
+            image.content_hash,
+            valid=lambda hit: hit.token_count == expected and "grid_thw" in hit.tensors,
+            unpack=unpack,
+            encode=lambda: vision.encode(image.image),
+            pack=lambda e: CachedEmbedding({"embeds": e.embeds, "grid_thw": torch.tensor(e.grid_thw)}, e.tokens),
+        )
+
+    async def _through_cache(
+        self,
+        kind: str,
+        identity: str,
+        content_hash: str,
+        *,
+        valid: Callable[[CachedEmbedding], bool],
+        unpack: Callable[[CachedEmbedding], T],
+        encode: Callable[[], Awaitable[T]],
+        pack: Callable[[T], CachedEmbedding],
+    ) -> tuple[T, bool]:
+        """(encoder output, served from the cache). Entries that do not match the medium are never served."""
+        key = cache_key(identity, content_hash)
+        if self.cache is not None:
+            hit = await self.cache.get(key, kind, valid)
+            if hit is not None:
+                return unpack(hit), True
+        value = await encode()
+        if self.cache is not None:
+            await self.cache.put(key, kind, content_hash, identity, pack(value))
+        return value, False
 
     def _estimate(self, pool: ModelPool, prompt: str, probed: list[ProbedMedia]) -> int:
         """Fused prompt tokens from the template and the media headers, before any media is decoded."""
