@@ -14,10 +14,11 @@ from litestar.config.csrf import CSRFConfig
 from litestar.contrib.jinja import JinjaTemplateEngine
 from litestar.di import Provide
 from litestar.middleware.session.client_side import CookieBackendConfig
+from litestar.plugins.htmx import HTMXPlugin
 from litestar.static_files import create_static_files_router
+from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 from litestar.template.config import TemplateConfig
 
-from api.errors import EXCEPTION_HANDLERS
 from api.routes.admin import AdminController
 from api.routes.billing import PriceController, stripe_webhook
 from api.routes.chat import create_chat_completion
@@ -26,8 +27,13 @@ from api.routes.ops import health, metrics
 from api.routes.usage import usage_receipt, usage_summary
 from api.settings import Settings
 from api.state import AppState, build_state, console_secret
+from console.admin import AdminConsoleController
+from console.auth import admin_principal, tenant_principal
 from console.controllers import ConsoleController
+from console.errors import console_error
 from console.keys import KeysController
+from console.requests import RequestsController
+from console.usage import UsageController
 from tenancy.directory import Principal
 
 logger = logging.getLogger(__name__)
@@ -101,6 +107,9 @@ def create_app(settings: Settings, on_ready: Callable[[AppState], None] | None =
             stripe_webhook,
             ConsoleController,
             KeysController,
+            UsageController,
+            RequestsController,
+            AdminConsoleController,
             create_static_files_router(path="/static", directories=[ROOT / "static"]),
         ],
         middleware=[sessions.middleware],
@@ -115,8 +124,14 @@ def create_app(settings: Settings, on_ready: Callable[[AppState], None] | None =
             "db": slot.provider(lambda s: s.db),
             "prices": slot.provider(lambda s: s.prices),
             "settings": slot.provider(lambda s: s.settings),
+            "auth": slot.provider(lambda s: s.auth),
+            "limiter": slot.provider(lambda s: s.limiter),
+            "cache": slot.provider(lambda s: s.cache),
+            "signed_in": Provide(tenant_principal),
+            "console_admin": Provide(admin_principal),
         },
-        exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
+        plugins=[HTMXPlugin()],
+        exception_handlers={Exception: console_error, HTTP_500_INTERNAL_SERVER_ERROR: console_error},
         request_max_body_size=settings.max_body_bytes,
         openapi_config=None,
         logging_config=None,

@@ -201,6 +201,7 @@ class ChatService:
         now = time.monotonic()
         usage = gen.usage()
         self._metrics.e2e.labels(model).observe(now - gen.started)
+        self._metrics.live.finished(model, None if gen.first_token_at is None else gen.first_token_at - gen.started)
         self._metrics.requests.labels(model, modality_mix(gen.modalities), status).inc()
         details = usage.prompt_tokens_details
         for modality, count in (

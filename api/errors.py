@@ -5,9 +5,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from litestar import Request, Response
+from litestar import Response
 from litestar.exceptions import HTTPException, NotFoundException, ValidationException
-from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 
 from serving.errors import ServingError
 
@@ -104,6 +103,8 @@ def to_api_error(exc: BaseException) -> APIError:
     if isinstance(exc, HTTPException):
         if exc.status_code == 413:
             return PayloadTooLarge("request body is larger than the server accepts")
+        if exc.status_code >= 500:
+            logger.error("server error while handling a request: %s", exc.detail, exc_info=exc)
         return _status_error(exc.status_code, exc.detail, "http_error")
     logger.exception("unhandled error while serving a request", exc_info=exc)
     return InternalError("the server failed while handling the request")
@@ -128,10 +129,3 @@ def _from_validation(exc: ValidationException) -> APIError:
 def error_response(exc: BaseException) -> Response[dict[str, Any]]:
     err = to_api_error(exc)
     return Response(err.body(), status_code=err.status_code, headers=err.headers)
-
-
-def exception_handler(_: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
-    return error_response(exc)
-
-
-EXCEPTION_HANDLERS = {Exception: exception_handler, HTTP_500_INTERNAL_SERVER_ERROR: exception_handler}

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from collections import deque
 from collections.abc import Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -92,11 +96,59 @@ class _EngineCollector(Collector):
         yield from self._pipeline()
 
 
+def _quantile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+class LiveWindow:
+    """The last minute of finished requests, for the admin overview: rate and TTFT quantiles per pool.
+
+    Prometheus histograms hold totals since start; an operator watching the console wants "now"."""
+
+    def __init__(self, span_s: float = 60.0, max_events: int = 100_000) -> None:
+        self.span_s = span_s
+        self._events: deque[tuple[float, str, float | None]] = deque(maxlen=max_events)
+        self._lock = threading.Lock()
+
+    def finished(self, pool: str, ttft_s: float | None) -> None:
+        with self._lock:
+            self._events.append((time.monotonic(), pool, ttft_s))
+
+    def snapshot(self) -> dict[str, Any]:
+        since = time.monotonic() - self.span_s
+        with self._lock:
+            while self._events and self._events[0][0] < since:
+                self._events.popleft()
+            events = list(self._events)
+        pools: dict[str, dict[str, Any]] = {}
+        for _, pool, ttft in events:
+            entry = pools.setdefault(pool, {"requests": 0, "ttfts": []})
+            entry["requests"] += 1
+            if ttft is not None:
+                entry["ttfts"].append(ttft)
+        return {
+            "span_s": self.span_s,
+            "rps": len(events) / self.span_s,
+            "pools": {
+                name: {
+                    "rps": e["requests"] / self.span_s,
+                    "ttft_p50_ms": None if (v := _quantile(e["ttfts"], 0.5)) is None else v * 1000,
+                    "ttft_p99_ms": None if (v := _quantile(e["ttfts"], 0.99)) is None else v * 1000,
+                }
+                for name, e in pools.items()
+            },
+        }
+
+
 class ServerMetrics:
     """One registry per app, so several apps in one process never collide."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        self.live = LiveWindow()
         self.ttft = Histogram(
             "tessera_time_to_first_token_seconds",
             "Time to first token.",

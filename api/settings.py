@@ -112,6 +112,10 @@ class Settings(BaseSettings):
     pinned_media: list[str] = Field(
         default_factory=list, description="sha256 content hashes of public reference media (see shared salt)."
     )
+    grounding: bool = Field(
+        default=True,
+        description="Score answers to audio requests against a transcript of the audio, after the response.",
+    )
     default_max_tokens: int = Field(default=256, description="Completion length when the client sets none.")
     log_level: str = Field(default="INFO", description="Log level of the server.")
 

@@ -60,6 +60,8 @@ class AppState:
     demo_key: str | None
     demo_key_new: bool
     prices: PriceBook
+    limiter: RateLimiter
+    cache: EmbeddingCache | None = None
 
 
 def _private_file(path: Path, make: Callable[[], str]) -> str:
@@ -211,6 +213,8 @@ async def build_state(settings: Settings) -> AsyncIterator[AppState]:
         demo_key,
         demo_key_new,
         prices,
+        limiter,
+        cache,
     )
     try:
         yield state
@@ -224,6 +228,8 @@ async def build_state(settings: Settings) -> AsyncIterator[AppState]:
             if pool.audio is not None:
                 await pool.audio.close()
         await http.aclose()
+        if isinstance(limiter, RedisLimiter):
+            await limiter.close()
         ingest.close()
         for pool in pools.pools:
             pool.engine.shutdown()

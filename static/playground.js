@@ -44,6 +44,7 @@
     const fields = new FormData(form);
     answer.textContent = "";
     breakdown.replaceChildren();
+    document.getElementById("summary-slot").replaceChildren();
     answer.setAttribute("aria-busy", "true");
     code.textContent = snippet(fields);
     const started = performance.now();
@@ -95,5 +96,14 @@
     row("TPOT", firstToken === null || usage.completion_tokens < 2 ? "n/a" : Math.round((total - (firstToken - started)) / (usage.completion_tokens - 1)) + " ms");
     row("total latency", Math.round(total) + " ms");
     row("request id", id);
+    // Cost and grounding come from the usage record, written just after the stream ends: HTMX fetches
+    // them and keeps polling (a bounded number of times) while they are still pending.
+    const slot = document.getElementById("summary-slot");
+    const summary = document.createElement("div");
+    summary.setAttribute("hx-get", "/console/requests/" + encodeURIComponent(id) + "/summary");
+    summary.setAttribute("hx-trigger", "load delay:200ms");
+    summary.setAttribute("hx-swap", "outerHTML");
+    slot.replaceChildren(summary);
+    if (window.htmx) window.htmx.process(summary);
   });
 })();

@@ -15,7 +15,7 @@ import time
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -60,12 +60,17 @@ class Decision:
         return out
 
 
+@runtime_checkable
 class RateLimiter(Protocol):
     async def reserve(self, tenant: str, tokens: int, limits: Limits) -> Decision: ...
 
     async def reconcile(self, reservation: Reservation, actual_tokens: int) -> None: ...
 
     async def release(self, reservation: Reservation) -> None: ...
+
+    async def usage(self, tenant: str) -> tuple[int, int]:
+        """(tokens in the current window, requests in flight) for one tenant, without reserving."""
+        ...
 
 
 @dataclass
@@ -136,6 +141,14 @@ class InProcessLimiter:
             win = self._tenants.get(reservation.tenant)
             if win is not None:
                 win.active.discard(reservation.token)
+
+    async def usage(self, tenant: str) -> tuple[int, int]:
+        async with self._lock:
+            win = self._tenants.get(tenant)
+            if win is None:
+                return 0, 0
+            since = time.time() - self.window_s
+            return sum(n for at, _, n in win.entries if at > since), len(win.active)
 
 
 # KEYS: tokens zset, active zset. ARGV: now, window, tokens, tpm, concurrency, token id, slot ttl.
@@ -228,6 +241,14 @@ class RedisLimiter:
 
     async def release(self, reservation: Reservation) -> None:
         await self._redis.zrem(self._keys(reservation.tenant)[1], reservation.token)
+
+    async def usage(self, tenant: str) -> tuple[int, int]:
+        tpm_key, active_key = self._keys(tenant)
+        now = time.time()
+        members = await self._redis.zrangebyscore(tpm_key, now - self.window_s, "+inf")
+        active = await self._redis.zcount(active_key, now - self._slot_ttl, "+inf")
+        used = sum(int(m.decode().rsplit(":", 1)[1]) for m in members)
+        return used, int(active)
 
     async def close(self) -> None:
         await self._redis.aclose()

@@ -5,12 +5,52 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine, func
+from sqlalchemy import Engine, String, func
 from sqlmodel import Session, col, select
 
 from db.models import InferenceRequest
 
-GROUPS = ("modality", "model", "day")
+GROUPS = ("modality", "model", "day", "day_model")
+STATUSES = ("completed", "cancelled", "failed")
+# Modality mixes as the console offers them, by the bit mask the usage row stores (text 1, image 2, audio 4).
+MIXES = {"text": 1, "text+image": 3, "text+audio": 5, "text+image+audio": 7}
+
+
+def mix_name(mask: int) -> str:
+    return "+".join(name for bit, name in ((1, "text"), (2, "image"), (4, "audio")) if mask & bit)
+
+
+def requests_page(
+    db: Engine,
+    tenant_id: str | None,
+    *,
+    model: str | None = None,
+    mix: str | None = None,
+    status: str | None = None,
+    grounding_below: float | None = None,
+    page: int = 1,
+    per_page: int = 25,
+) -> tuple[list[dict[str, Any]], int]:
+    """One page of a tenant's requests, newest first, and how many match in all."""
+    where: list[Any] = [col(InferenceRequest.tenant_id) == tenant_id]
+    if model:
+        where.append(col(InferenceRequest.model_variant) == model)
+    if mix:
+        where.append(col(InferenceRequest.modality_mask) == MIXES[mix])
+    if status:
+        where.append(col(InferenceRequest.status) == status)
+    if grounding_below is not None:
+        where.append(col(InferenceRequest.grounding_score) < grounding_below)
+    with Session(db) as s:
+        total = s.exec(select(func.count()).select_from(InferenceRequest).where(*where)).one()
+        rows = s.exec(
+            select(InferenceRequest)
+            .where(*where)
+            .order_by(col(InferenceRequest.created_at).desc(), col(InferenceRequest.request_id))
+            .offset((page - 1) * per_page)
+            .limit(per_page)
+        ).all()
+        return [_receipt(r) for r in rows], int(total)
 
 
 def receipt(db: Engine, tenant_id: str | None, request_id: str) -> dict[str, Any] | None:
@@ -30,6 +70,7 @@ def _receipt(row: InferenceRequest) -> dict[str, Any]:
         "status": row.status,
         "created_at": row.created_at.isoformat(),
         "modality_mask": row.modality_mask,
+        "modalities": mix_name(row.modality_mask),
         "tokens": {
             "text": row.text_tokens,
             "image": row.vision_tokens,
@@ -76,30 +117,30 @@ def aggregate(db: Engine, tenant_id: str | None, start: datetime, end: datetime,
                 {"modality": "output", "output_tokens": int(output)},
                 {"requests": int(count), "cost_micros": int(cost)},
             ]
-        key = (
-            col(InferenceRequest.model_variant)
-            if group_by == "model"
-            else func.substr(func.cast(col(InferenceRequest.created_at), type_=_text()), 1, 10)
+        names = ("day", "model") if group_by == "day_model" else (group_by,)
+        keys = [_DAY if name == "day" else col(InferenceRequest.model_variant) for name in names]
+        columns: list[Any] = [*keys, func.count(), *sums]
+        query: Any = select(*columns).where(*where).group_by(*keys).order_by(*keys)
+        rows: list[Any] = list(s.exec(query))
+    out = []
+    for row in rows:
+        n, t, i, a, o, c = row[len(names) :]
+        out.append(
+            {
+                **dict(zip(names, row[: len(names)], strict=True)),
+                "requests": int(n),
+                "text_tokens": int(t),
+                "image_tokens": int(i),
+                "audio_tokens": int(a),
+                "output_tokens": int(o),
+                "cost_micros": int(c),
+            }
         )
-        rows: list[Any] = list(s.exec(select(key, func.count(), *sums).where(*where).group_by(key).order_by(key)))
-    return [
-        {
-            group_by: k,
-            "requests": int(n),
-            "text_tokens": int(t),
-            "image_tokens": int(i),
-            "audio_tokens": int(a),
-            "output_tokens": int(o),
-            "cost_micros": int(c),
-        }
-        for k, n, t, i, a, o, c in rows
-    ]
+    return out
 
 
-def _text() -> Any:
-    from sqlalchemy import String
-
-    return String()
+# The UTC calendar day of a usage row, as YYYY-MM-DD, in SQL both SQLite and PostgreSQL accept.
+_DAY = func.substr(func.cast(col(InferenceRequest.created_at), type_=String()), 1, 10)
 
 
 def spent_this_month(db: Engine, tenant_id: str) -> tuple[int, int]:

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import shutil
+import time
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
+import openai
 import pytest
+from openai import OpenAI
 
 from tests import media
-from tests.conftest import ADMIN_KEY, REPO
+from tests.conftest import ADMIN_KEY, API_KEY, REPO
 
 ARTIFACTS = REPO / "artifacts" / "screenshots"
 WIDTHS = {"desktop": 1280, "mobile": 390}
@@ -33,19 +40,28 @@ def browser():
                 "--disable-component-update",
                 "--disable-sync",
                 "--no-first-run",
+                # A synthetic microphone, so the playground's recorder can be driven.
+                "--use-fake-ui-for-media-stream",
+                "--use-fake-device-for-media-stream",
             ],
         )
         yield b
         b.close()
 
 
-@pytest.fixture
-def tenant_key(server):
+def _new_tenant(server, prefix: str = "console") -> tuple[str, str]:
+    """A fresh tenant through the admin API: (tenant id, API key)."""
     admin = {"authorization": f"Bearer {ADMIN_KEY}"}
     tenant = httpx.post(
-        server.base_url + "/admin/tenants", headers=admin, json={"name": f"console-{uuid.uuid4().hex[:6]}"}
+        server.base_url + "/admin/tenants", headers=admin, json={"name": f"{prefix}-{uuid.uuid4().hex[:6]}"}
     ).json()
-    return httpx.post(f"{server.base_url}/admin/tenants/{tenant['id']}/keys", headers=admin, json={}).json()["key"]
+    key = httpx.post(f"{server.base_url}/admin/tenants/{tenant['id']}/keys", headers=admin, json={}).json()["key"]
+    return tenant["id"], key
+
+
+@pytest.fixture
+def tenant_key(server):
+    return _new_tenant(server)[1]
 
 
 def _shoot(page, name: str) -> None:
@@ -86,8 +102,86 @@ def test_sign_in_and_playground_with_an_image(server, browser, tenant_key, tmp_p
     assert page.locator("dd[data-field='image tokens']").inner_text().startswith("54")
     assert page.locator("dd[data-field='model']").inner_text().startswith("small")
     assert "client.chat.completions.create" in page.locator("#code").inner_text()
+    request_id = page.locator("dd[data-field='request id']").inner_text().strip()
+    page.wait_for_function(
+        "(document.querySelector(\"#summary dd[data-field='cost']\") || {innerText: ''}).innerText.startsWith('$')",
+        timeout=20_000,
+    )
     _shoot(page, "playground")
+
+    # The usage chart counts that request, with its image tokens in today's bar.
+    receipt = page.request.get(f"{server.base_url}/console/requests/{request_id}")
+    assert receipt.status == 200
+    page.get_by_role("link", name="Usage").click()
+    page.wait_for_url("**/console/usage")
+    assert page.locator("#usage-requests").inner_text() == "1"
+    today = datetime.now(UTC).date().isoformat()
+    bar = page.locator(f"g.bar[data-day='{today}']")
+    assert bar.locator("rect[data-series='image']").get_attribute("data-value") == "54"
+    assert int(bar.get_attribute("data-total") or 0) > 54
+    assert page.locator("#usage-models tbody tr").count() == 1
+    assert page.locator("[data-gauge='tpm'] meter").count() == 1
+    _shoot(page, "usage")
+    with page.expect_download() as download:
+        page.get_by_role("link", name="Export CSV").click()
+    rows = list(csv.DictReader(io.StringIO(Path(download.value.path()).read_text())))
+    assert [(r["day"], r["model"], r["image_tokens"], r["requests"]) for r in rows] == [(today, "small", "54", "1")]
+
+    # The request log lists it; filters narrow it; the receipt shows its tokens.
+    page.get_by_role("link", name="Requests").click()
+    page.wait_for_url("**/console/requests")
+    assert page.locator("#requests tbody tr").count() == 1
+    page.get_by_label("Modalities").select_option("text")
+    page.get_by_role("button", name="Filter").click()
+    page.wait_for_function("document.getElementById('requests-total').innerText.startsWith('0 ')")
+    page.get_by_label("Modalities").select_option("text+image")
+    page.get_by_role("button", name="Filter").click()
+    page.wait_for_function("document.getElementById('requests-total').innerText.startsWith('1 ')")
+    assert "mix=text%2Bimage" in page.url  # HTMX pushed the filtered URL: reloading keeps the filter
+    _shoot(page, "requests")
+    page.get_by_role("link", name=request_id[-12:]).click()
+    page.wait_for_url(f"**/console/requests/{request_id}")
+    assert page.locator("#receipt dd[data-field='image tokens']").inner_text().startswith("54")
+    _shoot(page, "receipt")
     page.close()
+
+
+def test_playground_weight_and_time_to_interactive(server, browser, tenant_key):
+    """Measured on a cold cache in a fresh context; written to artifacts for the record, not asserted on."""
+    context = browser.new_context()
+    # Sign in without rendering a page, so the browser cache is still cold when the playground loads.
+    context.request.get(server.base_url + "/console/signin")
+    token = next(c["value"] for c in context.cookies() if c["name"] == "csrftoken")
+    signed = context.request.post(
+        server.base_url + "/console/signin", form={"api_key": tenant_key, "_csrf_token": token}, max_redirects=0
+    )
+    assert signed.status == 303
+    page = context.new_page()
+    page.goto(server.base_url + "/console/playground", wait_until="load")
+    figures = page.evaluate(
+        """() => {
+        const nav = performance.getEntriesByType('navigation')[0];
+        const res = performance.getEntriesByType('resource');
+        return {
+          html_bytes: nav.transferSize, html_decoded: nav.decodedBodySize,
+          resources: res.map(r => ({
+            name: new URL(r.name).pathname, transfer: r.transferSize, decoded: r.decodedBodySize,
+          })),
+          dom_interactive_ms: nav.domInteractive, dom_content_loaded_ms: nav.domContentLoadedEventEnd,
+          load_ms: nav.loadEventEnd, htmx_ready: !!window.htmx,
+        };
+    }"""
+    )
+    total = figures["html_bytes"] + sum(r["transfer"] for r in figures["resources"])
+    decoded = figures["html_decoded"] + sum(r["decoded"] for r in figures["resources"])
+    figures.update(page_weight_kb=round(total / 1024, 1), page_weight_decoded_kb=round(decoded / 1024, 1))
+    ARTIFACTS.parent.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS.parent / "playground-metrics.json").write_text(json.dumps(figures, indent=2))
+    assert figures["htmx_ready"]
+    assert {r["name"] for r in figures["resources"]} >= {"/static/htmx-2.0.4.min.js", "/static/playground.js"}
+    assert total > 0
+    assert figures["load_ms"] > 0
+    context.close()
 
 
 def test_post_without_csrf_token_is_refused(server, tenant_key):
@@ -125,4 +219,172 @@ def test_keys_page_issues_once_restricts_and_revokes(server, browser, tenant_key
     page.wait_for_function("document.querySelector('main').innerText.includes('revoked')")
     assert "revoked" in page.locator("tr", has_text="ci-bot").inner_text()
     assert httpx.get(server.v1 + "/models", headers=auth).status_code == 401
+    page.close()
+
+
+def _admin_sign_in(page, server):
+    page.goto(server.base_url + "/console/admin/")
+    page.wait_for_url("**/console/admin/signin")  # not signed in: sent to the admin sign-in
+    page.get_by_label("Admin key").fill(ADMIN_KEY)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url("**/console/admin/")
+
+
+def test_admin_console_lowers_a_tenants_tpm_and_the_api_refuses(server, browser, client):
+    page = browser.new_page()
+    page.goto(server.base_url + "/console/admin/signin")
+    _shoot(page, "admin-signin")
+    page.get_by_label("Admin key").fill(API_KEY)  # a tenant key is not an admin key
+    page.get_by_role("button", name="Sign in").click()
+    assert page.get_by_role("alert").inner_text() == "That is not an admin key."
+    _admin_sign_in(page, server)
+
+    # The overview polls: a request made now shows up in the rate and the pool's TTFT within seconds.
+    client.chat.completions.create(model="small", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+    page.wait_for_function("Number(document.getElementById('live-rps').innerText) > 0", timeout=15_000)
+    small = page.locator("#live-pools tr[data-pool='small']")
+    assert "ms" in small.locator("td").nth(2).inner_text()
+    assert page.locator("#live-cache").inner_text()
+    _shoot(page, "admin-overview")
+
+    name = f"acme-{uuid.uuid4().hex[:6]}"
+    page.get_by_role("link", name="Tenants").click()
+    page.get_by_label("Name").fill(name)
+    page.get_by_role("button", name="Create tenant").click()
+    page.get_by_role("link", name=name).wait_for()
+    _shoot(page, "admin-tenants")
+    page.get_by_role("link", name=name).click()
+    page.get_by_role("heading", name=name).wait_for()
+    page.get_by_role("button", name="Create key").click()
+    page.wait_for_selector("#new-key")
+    key = page.locator("#new-key").inner_text().strip()
+    tenant = OpenAI(base_url=server.v1, api_key=key, max_retries=0, timeout=60)
+    body = {"model": "small", "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 4}
+    tenant.chat.completions.create(**body)
+
+    page.get_by_label("Tokens per minute").fill("1")
+    page.get_by_role("button", name="Save quota").click()
+    page.get_by_text("Quota saved.").wait_for()
+    assert page.locator("[data-gauge='tpm']").inner_text().endswith("%)")
+    with pytest.raises(openai.RateLimitError):
+        tenant.chat.completions.create(**body)
+    _shoot(page, "admin-tenant")
+
+    page.get_by_role("button", name="Suspend tenant").click()
+    page.get_by_text("Status saved.").wait_for()
+    with pytest.raises(openai.AuthenticationError):
+        tenant.chat.completions.create(**body)
+
+    # Prices: one changed cell is saved and the JSON admin API agrees; then it is put back.
+    admin = {"authorization": f"Bearer {ADMIN_KEY}"}
+    before = httpx.get(server.base_url + "/admin/prices", headers=admin).json()["data"]["small"]["output"]
+    page.get_by_role("link", name="Prices").click()
+    cell = page.get_by_label("small output price per million tokens")
+    cell.fill("7.5")
+    page.get_by_role("button", name="Save prices").click()
+    page.get_by_text("1 price changed.").wait_for()
+    assert httpx.get(server.base_url + "/admin/prices", headers=admin).json()["data"]["small"]["output"] == 7_500_000
+    _shoot(page, "admin-prices")
+    httpx.put(server.base_url + "/admin/prices/small/output", headers=admin, json={"micros_per_million": before})
+    page.close()
+
+
+def test_a_tenant_never_sees_another_tenants_data(server, browser):
+    _, key_a = _new_tenant(server, "alpha")
+    _, key_b = _new_tenant(server, "beta")
+    api_a = OpenAI(base_url=server.v1, api_key=key_a, max_retries=0, timeout=60)
+    done = api_a.chat.completions.create(
+        model="small", messages=[{"role": "user", "content": "alpha's secret question"}], max_tokens=3
+    )
+    deadline = time.monotonic() + 15
+    auth_a = {"authorization": f"Bearer {key_a}"}
+    while httpx.get(f"{server.v1}/usage/{done.id}", headers=auth_a).status_code != 200:
+        assert time.monotonic() < deadline, "the usage record of alpha's request was not written"
+        time.sleep(0.2)
+
+    page = browser.new_page()
+    _sign_in(page, server, key_b)
+    for path in ("/console/requests", "/console/usage", "/console/keys", "/console/playground"):
+        page.goto(server.base_url + path)
+        html = page.content()
+        assert done.id not in html, path
+        assert key_a[:15] not in html, path
+    page.goto(server.base_url + "/console/requests")
+    assert page.locator("#requests-total").inner_text() == "0 requests"
+    page.goto(server.base_url + "/console/usage")
+    assert page.locator("#usage-requests").inner_text() == "0"
+    response = page.goto(f"{server.base_url}/console/requests/{done.id}")
+    assert response is not None
+    assert response.status == 404
+    csv_body = page.request.get(server.base_url + "/console/usage/export.csv").text()
+    assert csv_body.strip().splitlines() == [
+        ",".join(("day", "model", "requests", "text_tokens", "image_tokens", "audio_tokens", "output_tokens", "cost"))
+    ]
+    summary = page.request.get(f"{server.base_url}/console/requests/{done.id}/summary").text()
+    assert "$" not in summary
+    # A tenant session is not an admin session.
+    page.goto(server.base_url + "/console/admin/tenants")
+    assert page.url.endswith("/console/admin/signin")
+    page.close()
+
+
+def test_errors_toast_under_htmx_page_without_and_reading_without_js(server, browser, tenant_key):
+    page = browser.new_page()
+    _sign_in(page, server, tenant_key)
+    page.goto(server.base_url + "/console/usage")
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.textContent") == "Skip to content"
+    page.get_by_label("From", exact=True).fill("2026-02-01")
+    page.get_by_label("To", exact=True).fill("2026-01-01")
+    page.get_by_role("button", name="Show").click()
+    page.wait_for_selector("#toast [role=alert]")
+    assert "start date is after the end date" in page.locator("#toast").inner_text()
+    assert page.locator("#usage-requests").count() == 1  # the page stayed; only the toast changed
+    response = page.goto(server.base_url + "/console/usage?start=2026-02-01&end=2026-01-01")
+    assert response is not None
+    assert response.status == 400
+    assert page.get_by_role("heading").first.inner_text() == "Something went wrong (400)"
+    _shoot(page, "error")
+    api = httpx.get(server.v1 + "/usage?group_by=color", headers={"authorization": f"Bearer {tenant_key}"})
+    assert api.status_code == 400
+    assert api.json()["error"]["param"] == "group_by"
+    page.close()
+
+    context = browser.new_context(java_script_enabled=False)
+    plain = context.new_page()
+    _sign_in(plain, server, tenant_key)
+    plain.goto(server.base_url + "/console/usage")
+    assert plain.locator("figure.chart svg").count() == 1
+    plain.goto(server.base_url + "/console/requests?mix=text")
+    assert plain.locator("#requests-total").count() == 1
+    plain.goto(server.base_url + "/console/keys")
+    plain.get_by_label("Name").fill("no-js")
+    plain.get_by_role("button", name="Create key").click()
+    assert plain.locator("#new-key").inner_text().startswith("sk-tsr-")
+    context.close()
+
+
+def test_recorded_audio_streams_through_the_playground(server, browser, tenant_key):
+    page = browser.new_page()
+    _sign_in(page, server, tenant_key)
+    page.get_by_role("button", name="Record", exact=True).click()
+    page.wait_for_function("document.getElementById('record').getAttribute('aria-pressed') === 'true'")
+    time.sleep(1.5)
+    page.get_by_role("button", name="Stop", exact=True).click()
+    page.wait_for_selector("#audio-preview audio")
+    attached = page.evaluate(
+        "(() => { const f = document.getElementById('audio').files[0]; return [f.name, f.type, f.size]; })()"
+    )
+    assert attached[0] == "recording.wav"
+    assert attached[1] == "audio/wav"
+    assert attached[2] > 44 + 16_000
+    page.get_by_label("Model").select_option("small")
+    page.get_by_label("Prompt", exact=True).fill("What do you hear?")
+    page.get_by_role("button", name="Run").click()
+    page.wait_for_selector("#breakdown dd[data-field='audio tokens']", timeout=60_000)
+    assert int(page.locator("dd[data-field='audio tokens']").inner_text().split()[0]) > 0
+    page.wait_for_function(
+        "(document.querySelector(\"#summary dd[data-field='cost']\") || {innerText: ''}).innerText.startsWith('$')",
+        timeout=20_000,
+    )
     page.close()

@@ -1,0 +1,400 @@
+"""The admin area of the console: a live overview of the pools, tenants (create, suspend, quotas, usage, keys)
+and prices. It calls the same directory and price book as the JSON admin API."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any
+
+from litestar import Controller, Request, Response, get, post
+from litestar.enums import RequestEncodingType
+from litestar.params import Body
+from litestar.response import Redirect, Template
+from sqlalchemy import Engine
+
+from api.auth import Authenticator
+from api.errors import InvalidRequest
+from api.metrics import ServerMetrics
+from api.settings import Settings
+from billing.prices import DIMENSIONS, PriceBook
+from console.auth import ADMIN_SESSION, admin_marker, remember
+from console.keys import picked_models
+from console.pages import page
+from console.usage import csv_response, date_range, gauges, usage_csv, usage_view
+from db.models import Tenant, TenantQuota
+from serving.cache import EmbeddingCache
+from serving.pools import PoolRegistry
+from tenancy.directory import Directory, DirectoryError, Principal
+from tenancy.limits import RateLimiter
+
+Form = Annotated[dict[str, Any], Body(media_type=RequestEncodingType.URL_ENCODED)]
+
+
+def live_figures(metrics: ServerMetrics, pools: PoolRegistry, cache: EmbeddingCache | None) -> dict[str, Any]:
+    """What the overview shows, as of now: the last minute's rate and TTFT, and the pools' current state."""
+    live = metrics.live.snapshot()
+    rows = []
+    for pool in pools.pools:
+        recent = live["pools"].get(pool.name, {})
+        stats = pool.engine.stats
+        rows.append(
+            {
+                "name": pool.name,
+                "up": pool.engine.is_healthy(),
+                "rps": recent.get("rps", 0.0),
+                "ttft_p50_ms": recent.get("ttft_p50_ms"),
+                "ttft_p99_ms": recent.get("ttft_p99_ms"),
+                "kv_usage": stats.kv_cache_usage,
+                "kv_admitted": pool.admission.in_use,
+                "kv_budget": pool.admission.budget,
+                "queue": pool.admission.queue_depth,
+                "engine_waiting": stats.waiting,
+                "running": stats.running,
+            }
+        )
+    hits = misses = 0
+    if cache is not None:
+        for outcomes in cache.stats.by_kind.values():
+            hits += outcomes.get("hit", 0)
+            misses += outcomes.get("miss", 0)
+    return {
+        "span_s": live["span_s"],
+        "rps": live["rps"],
+        "pools": rows,
+        "queue": sum(r["queue"] + r["engine_waiting"] for r in rows),
+        "cache_enabled": cache is not None,
+        "cache_lookups": hits + misses,
+        "cache_hit_rate": (hits / (hits + misses)) if hits + misses else None,
+    }
+
+
+def _int_field(
+    data: dict[str, Any], name: str, label: str, *, minimum: int = 0, blank_none: bool = False
+) -> int | None:
+    raw = str(data.get(name, "")).strip().replace(",", "")
+    if not raw:
+        if blank_none:
+            return None
+        raise InvalidRequest(f"{label} is required", param=name)
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise InvalidRequest(f"{label} must be a whole number", param=name) from exc
+    if value < minimum:
+        raise InvalidRequest(f"{label} must be at least {minimum}", param=name)
+    return value
+
+
+def _dollars_to_micros(raw: str, label: str, param: str) -> int | None:
+    raw = raw.strip().lstrip("$").replace(",", "")
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError as exc:
+        raise InvalidRequest(f"{label} must be an amount like 12.50", param=param) from exc
+    if value < 0 or value > 1e9:
+        raise InvalidRequest(f"{label} must be between 0 and 1,000,000,000", param=param)
+    return round(value * 1_000_000)
+
+
+def quota_fields(data: dict[str, Any]) -> dict[str, Any]:
+    """The quota form, validated: blank budgets mean no budget."""
+    return {
+        "tokens_per_minute": _int_field(data, "tokens_per_minute", "Tokens per minute"),
+        "concurrent_requests": _int_field(data, "concurrent_requests", "Concurrent requests", minimum=1),
+        "monthly_token_budget": _int_field(data, "monthly_token_budget", "Monthly token budget", blank_none=True),
+        "monthly_cost_budget_micros": _dollars_to_micros(
+            str(data.get("monthly_cost_budget", "")), "Monthly spending budget", "monthly_cost_budget"
+        ),
+    }
+
+
+async def _directory_call(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    try:
+        return await asyncio.to_thread(fn, *args, **kwargs)
+    except DirectoryError as exc:
+        err = InvalidRequest(exc.message, code=exc.code)
+        err.status_code = exc.status
+        raise err from exc
+
+
+class AdminConsoleController(Controller):
+    path = "/console/admin"
+
+    @get("/signin")
+    async def signin_page(self) -> Template:
+        return _signin()
+
+    @post("/signin")
+    async def signin(
+        self, request: Request[Any, Any, Any], directory: Directory, auth: Authenticator, data: Form
+    ) -> Any:
+        marker = await asyncio.to_thread(admin_marker, auth, directory, str(data.get("api_key", "")).strip())
+        if marker is None:
+            return _signin(error="That is not an admin key.", status_code=401)
+        remember(request, ADMIN_SESSION, marker)
+        return Redirect("/console/admin/", status_code=303)
+
+    @post("/signout")
+    async def signout(self, request: Request[Any, Any, Any]) -> Redirect:
+        remember(request, ADMIN_SESSION, None)
+        return Redirect("/console/admin/signin", status_code=303)
+
+    # -- overview -----------------------------------------------------------------------------------------
+
+    @get("/")
+    async def overview(
+        self, console_admin: Principal, server_metrics: ServerMetrics, pools: PoolRegistry, cache: Any
+    ) -> Template:
+        return page(
+            "console/admin/overview.html.jinja2",
+            area="admin",
+            active="overview",
+            live=live_figures(server_metrics, pools, cache),
+        )
+
+    @get("/live")
+    async def live(
+        self, console_admin: Principal, server_metrics: ServerMetrics, pools: PoolRegistry, cache: Any
+    ) -> Template:
+        return page("console/admin/_live.html.jinja2", area="admin", live=live_figures(server_metrics, pools, cache))
+
+    # -- tenants ------------------------------------------------------------------------------------------
+
+    @get("/tenants")
+    async def tenants(self, console_admin: Principal, directory: Directory) -> Template:
+        return await _tenants_page(directory)
+
+    @post("/tenants")
+    async def create_tenant(self, console_admin: Principal, directory: Directory, data: Form) -> Template:
+        name = str(data.get("name", "")).strip()
+        if not name or len(name) > 128:
+            raise InvalidRequest("a tenant needs a name of 1 to 128 characters", param="name")
+        fields = quota_fields(data)
+        tenant = await _directory_call(
+            directory.create_tenant,
+            name,
+            tokens_per_minute=fields["tokens_per_minute"],
+            concurrency=fields["concurrent_requests"],
+            monthly_token_budget=fields["monthly_token_budget"],
+        )
+        await _directory_call(directory.set_quota, tenant.id, **fields)
+        return await _tenants_page(directory, created=tenant.name, status_code=201)
+
+    @get("/tenants/{tenant_id:str}")
+    async def tenant(
+        self,
+        tenant_id: str,
+        console_admin: Principal,
+        directory: Directory,
+        pools: PoolRegistry,
+        db: Engine,
+        limiter: RateLimiter,
+        settings: Settings,
+        start: str | None = None,
+        end: str | None = None,
+    ) -> Template:
+        return await _tenant_page(tenant_id, directory, pools, db, limiter, settings, start=start, end=end)
+
+    @post("/tenants/{tenant_id:str}/status")
+    async def set_status(
+        self,
+        tenant_id: str,
+        console_admin: Principal,
+        directory: Directory,
+        pools: PoolRegistry,
+        db: Engine,
+        limiter: RateLimiter,
+        settings: Settings,
+        data: Form,
+    ) -> Template:
+        await _directory_call(directory.set_status, tenant_id, str(data.get("status", "")))
+        return await _tenant_page(tenant_id, directory, pools, db, limiter, settings, notice="Status saved.")
+
+    @post("/tenants/{tenant_id:str}/quota")
+    async def set_quota(
+        self,
+        tenant_id: str,
+        console_admin: Principal,
+        directory: Directory,
+        pools: PoolRegistry,
+        db: Engine,
+        limiter: RateLimiter,
+        settings: Settings,
+        data: Form,
+    ) -> Template:
+        await _directory_call(directory.set_quota, tenant_id, **quota_fields(data))
+        return await _tenant_page(tenant_id, directory, pools, db, limiter, settings, notice="Quota saved.")
+
+    @get("/tenants/{tenant_id:str}/gauges")
+    async def tenant_gauges(
+        self, tenant_id: str, console_admin: Principal, db: Engine, limiter: RateLimiter, settings: Settings
+    ) -> Template:
+        quota = await asyncio.to_thread(_quota, db, tenant_id)
+        found = await gauges(limiter, db, tenant_id, quota, settings.rate_window_s)
+        return page(
+            "console/_gauges.html.jinja2", area="admin", gauges=found, base=f"/console/admin/tenants/{tenant_id}"
+        )
+
+    @get("/tenants/{tenant_id:str}/export.csv")
+    async def tenant_csv(
+        self,
+        tenant_id: str,
+        console_admin: Principal,
+        directory: Directory,
+        db: Engine,
+        start: str | None = None,
+        end: str | None = None,
+    ) -> Response[str]:
+        tenant: Tenant = await _directory_call(directory.tenant, tenant_id)
+        first, last = date_range(start, end)
+        body = await asyncio.to_thread(usage_csv, db, tenant.id, first, last)
+        return csv_response(body, tenant.name, first, last)
+
+    @post("/tenants/{tenant_id:str}/keys")
+    async def issue_key(
+        self,
+        tenant_id: str,
+        console_admin: Principal,
+        directory: Directory,
+        pools: PoolRegistry,
+        db: Engine,
+        limiter: RateLimiter,
+        settings: Settings,
+        data: Form,
+    ) -> Template:
+        models, error = picked_models(data, pools)
+        if error:
+            raise InvalidRequest(error, param="models")
+        issued = await _directory_call(
+            directory.issue_key, tenant_id, name=str(data.get("name", ""))[:128], allowed_models=models or None
+        )
+        return await _tenant_page(
+            tenant_id, directory, pools, db, limiter, settings, issued=issued.key, status_code=201
+        )
+
+    @post("/tenants/{tenant_id:str}/keys/{key_id:str}/revoke")
+    async def revoke_key(
+        self,
+        tenant_id: str,
+        key_id: str,
+        console_admin: Principal,
+        directory: Directory,
+        pools: PoolRegistry,
+        db: Engine,
+        limiter: RateLimiter,
+        settings: Settings,
+    ) -> Template:
+        await _directory_call(directory.revoke_key, key_id, tenant_id=tenant_id)
+        return await _tenant_page(tenant_id, directory, pools, db, limiter, settings, notice="Key revoked.")
+
+    # -- prices -------------------------------------------------------------------------------------------
+
+    @get("/prices")
+    async def prices_page(self, console_admin: Principal, prices: PriceBook, pools: PoolRegistry) -> Template:
+        return await _prices_page(prices, pools)
+
+    @post("/prices")
+    async def set_prices(
+        self, console_admin: Principal, prices: PriceBook, pools: PoolRegistry, data: Form
+    ) -> Template:
+        models = [p.name for p in pools.pools]
+        current = await asyncio.to_thread(prices.all, models)
+        changes = []
+        for model in models:
+            for dim in DIMENSIONS:
+                name = f"{model}.{dim}"
+                micros = _dollars_to_micros(str(data.get(name, "")), f"The {dim} price of {model}", name)
+                if micros is not None and micros != current[model][dim]:
+                    changes.append((model, dim, micros))
+        for model, dim, micros in changes:
+            await asyncio.to_thread(prices.set, model, dim, micros)
+        notice = f"{len(changes)} price{'s' if len(changes) != 1 else ''} changed."
+        return await _prices_page(prices, pools, notice=notice)
+
+
+def _signin(error: str | None = None, status_code: int = 200) -> Template:
+    return page(
+        "console/signin.html.jinja2",
+        area="signin",
+        status_code=status_code,
+        error=error,
+        heading="Admin sign-in",
+        hint="Use the server's admin key (TESSERA_ADMIN_KEY) or a key issued with --admin.",
+        key_label="Admin key",
+        signin_action="/console/admin/signin",
+    )
+
+
+def _quota(db: Engine, tenant_id: str) -> TenantQuota | None:
+    from sqlmodel import Session
+
+    with Session(db, expire_on_commit=False) as s:
+        return s.get(TenantQuota, tenant_id)
+
+
+async def _tenants_page(directory: Directory, status_code: int = 200, **extra: Any) -> Template:
+    rows = await asyncio.to_thread(directory.tenants)
+    return page(
+        "console/admin/tenants.html.jinja2",
+        area="admin",
+        active="tenants",
+        status_code=status_code,
+        tenants=rows,
+        **extra,
+    )
+
+
+async def _tenant_page(
+    tenant_id: str,
+    directory: Directory,
+    pools: PoolRegistry,
+    db: Engine,
+    limiter: RateLimiter,
+    settings: Settings,
+    *,
+    start: str | None = None,
+    end: str | None = None,
+    status_code: int = 200,
+    **extra: Any,
+) -> Template:
+    tenant: Tenant = await _directory_call(directory.tenant, tenant_id)
+    first, last = date_range(start, end)
+    quota = await asyncio.to_thread(_quota, db, tenant.id)
+    view = await asyncio.to_thread(usage_view, db, tenant.id, first, last)
+    found = await gauges(limiter, db, tenant.id, quota, settings.rate_window_s)
+    keys = await asyncio.to_thread(directory.keys, tenant.id)
+    base = f"/console/admin/tenants/{tenant.id}"
+    return page(
+        "console/admin/tenant.html.jinja2",
+        area="admin",
+        active="tenants",
+        status_code=status_code,
+        t=tenant,
+        tenant=tenant.name,
+        quota=quota,
+        view=view,
+        gauges=found,
+        base=base,
+        keys=keys,
+        models=[p.name for p in pools.pools],
+        current=None,
+        action=f"{base}/keys",
+        **extra,
+    )
+
+
+async def _prices_page(prices: PriceBook, pools: PoolRegistry, **extra: Any) -> Template:
+    models = [p.name for p in pools.pools]
+    table = await asyncio.to_thread(prices.all, models)
+    return page(
+        "console/admin/prices.html.jinja2",
+        area="admin",
+        active="prices",
+        table={
+            m: {d: f"{v / 1_000_000:.6f}".rstrip("0").rstrip(".") for d, v in row.items()} for m, row in table.items()
+        },
+        dimensions=DIMENSIONS,
+        **extra,
+    )

@@ -1,0 +1,22 @@
+"""How console handlers render: one helper, so every page gets its area, active tab and status the same way."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar.enums import MediaType
+from litestar.response import Template
+
+
+def page(template: str, *, area: str, active: str = "", status_code: int = 200, **context: Any) -> Template:
+    return Template(
+        template,
+        context={"area": area, "active": active, **context},
+        media_type=MediaType.HTML,
+        status_code=status_code,
+    )
+
+
+def money(micros: int | None) -> str:
+    """Millionths of the billing currency, as the console shows them: $1.234567 to six places."""
+    return f"${(micros or 0) / 1_000_000:,.6f}"

@@ -1,0 +1,138 @@
+"""Console requests log: a tenant's requests, newest first, filtered and paginated, and one request's receipt."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlencode
+
+from litestar import Controller, get
+from litestar.exceptions import NotFoundException
+from litestar.response import Template
+from sqlalchemy import Engine
+
+from api.errors import InvalidRequest
+from api.settings import Settings
+from console.pages import money, page
+from db.models import MODALITY_AUDIO
+from serving.pools import PoolRegistry
+from tenancy.directory import Principal
+from tenancy.metering import MIXES, STATUSES, receipt, requests_page
+
+PER_PAGE = 25
+SUMMARY_POLLS = 20  # the playground's summary stops asking after this many tries, about 15 s
+
+
+def _filters(model: str | None, mix: str | None, status: str | None, grounding_below: str | None) -> dict[str, Any]:
+    if mix and mix not in MIXES:
+        raise InvalidRequest(f"modalities must be one of {', '.join(MIXES)}", param="mix")
+    if status and status not in STATUSES:
+        raise InvalidRequest(f"status must be one of {', '.join(STATUSES)}", param="status")
+    threshold = None
+    if grounding_below:
+        try:
+            threshold = float(grounding_below)
+        except ValueError as exc:
+            raise InvalidRequest(
+                "the grounding threshold must be a number from 0 to 1", param="grounding_below"
+            ) from exc
+        if not 0.0 <= threshold <= 1.0:
+            raise InvalidRequest("the grounding threshold must be a number from 0 to 1", param="grounding_below")
+    return {"model": model or None, "mix": mix or None, "status": status or None, "grounding_below": threshold}
+
+
+GROUNDING_WAIT_S = 120.0  # past this, an unscored audio request is shown as not scored rather than pending
+
+
+def _row(r: dict[str, Any], grounding: bool = False) -> dict[str, Any]:
+    t = r["tokens"]
+    age = (datetime.now(UTC) - datetime.fromisoformat(r["created_at"]).replace(tzinfo=UTC)).total_seconds()
+    pending = (
+        grounding
+        and r["grounding_score"] is None
+        and bool(r["modality_mask"] & MODALITY_AUDIO)
+        and r["status"] == "completed"
+        and age < GROUNDING_WAIT_S
+    )
+    return {
+        **r,
+        "input_tokens": t["text"] + t["image"] + t["audio"],
+        "cost": money(r["cost_micros"]),
+        "grounding_pending": pending,
+    }
+
+
+class RequestsController(Controller):
+    path = "/console/requests"
+
+    @get("/")
+    async def log(
+        self,
+        signed_in: Principal,
+        db: Engine,
+        pools: PoolRegistry,
+        model: str | None = None,
+        mix: str | None = None,
+        status: str | None = None,
+        grounding_below: str | None = None,
+        page_number: int = 1,
+    ) -> Template:
+        filters = _filters(model, mix, status, grounding_below)
+        number = max(1, page_number)
+        rows, total = await asyncio.to_thread(
+            requests_page, db, signed_in.tenant_id, page=number, per_page=PER_PAGE, **filters
+        )
+        pages = max(1, math.ceil(total / PER_PAGE))
+        query = {k: ("" if v is None else v) for k, v in filters.items()}
+
+        def link(n: int) -> str:
+            return "/console/requests?" + urlencode({**{k: v for k, v in query.items() if v != ""}, "page_number": n})
+
+        return page(
+            "console/requests.html.jinja2",
+            area="tenant",
+            active="requests",
+            tenant=signed_in.tenant_name,
+            rows=[_row(r) for r in rows],
+            total=total,
+            page_number=number,
+            pages=pages,
+            prev=link(number - 1) if number > 1 else None,
+            next=link(number + 1) if number < pages else None,
+            query=query,
+            models=[p.name for p in pools.pools],
+            mixes=list(MIXES),
+            statuses=STATUSES,
+        )
+
+    @get("/{request_id:str}")
+    async def detail(self, request_id: str, signed_in: Principal, db: Engine) -> Template:
+        found = await asyncio.to_thread(receipt, db, signed_in.tenant_id, request_id)
+        if found is None:
+            raise NotFoundException(f"no request '{request_id}' for this tenant")
+        return page(
+            "console/receipt.html.jinja2",
+            area="tenant",
+            active="requests",
+            tenant=signed_in.tenant_name,
+            r=_row(found),
+        )
+
+    @get("/{request_id:str}/summary")
+    async def summary(
+        self, request_id: str, signed_in: Principal, db: Engine, settings: Settings, attempt: int = 0
+    ) -> Template:
+        """Cost and grounding of a request just run in the playground; the fragment re-polls itself while the
+        usage record or its grounding score is still being written."""
+        found = await asyncio.to_thread(receipt, db, signed_in.tenant_id, request_id)
+        row = _row(found, settings.grounding) if found else None
+        pending = row is None or row["grounding_pending"]
+        return page(
+            "console/_summary.html.jinja2",
+            area="tenant",
+            r=row,
+            request_id=request_id,
+            next_attempt=attempt + 1 if pending and attempt + 1 < SUMMARY_POLLS else None,
+        )

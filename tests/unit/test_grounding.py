@@ -1,0 +1,191 @@
+"""The grounding scorer on its real weights (Whisper tiny.en, all-MiniLM-L6-v2) and speech spoken by espeak-ng."""
+
+import shutil
+import subprocess
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+from scipy.signal import resample_poly
+
+from grounding import GroundingScorer
+from grounding.claims import split_claims, transcript_chunks
+from grounding.models import MiniLMEmbedder, default_minilm_dir
+from grounding.scorer import SUPPORT_THRESHOLD
+
+INVOICE = "Please send the invoice to the finance team."
+TRAIN = "Our train leaves from platform four at noon."
+# What Whisper hears in the clip of INVOICE and TRAIN; the calibration below needs no audio.
+TRANSCRIPT = "Please send the invoice to the finance team. Our train leaves from platform 4 at noon."
+
+
+def _speak(text: str, tmp: Path) -> np.ndarray:
+    """float32 mono 16 kHz speech, spoken slowly by espeak-ng's US voice (tiny.en mishears it at full speed)."""
+    espeak = shutil.which("espeak-ng")
+    if espeak is None:
+        pytest.fail("espeak-ng is missing: scripts/setup_venv.sh installs it")
+    wav = tmp / "speech.wav"
+    subprocess.run([espeak, "-v", "en-us", "-s", "130", "-g", "2", "-w", str(wav), text], check=True)
+    samples, rate = sf.read(wav, dtype="float32")
+    return resample_poly(samples, 16_000, rate).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def scorer():
+    made = GroundingScorer()
+    made.load()
+    yield made
+    made.close()
+
+
+@pytest.fixture(scope="module")
+def invoice_clip(tmp_path_factory) -> np.ndarray:
+    return _speak(INVOICE, tmp_path_factory.mktemp("speech"))
+
+
+@pytest.fixture(scope="module")
+def two_sentence_clip(tmp_path_factory) -> np.ndarray:
+    return _speak(f"{INVOICE} {TRAIN}", tmp_path_factory.mktemp("speech"))
+
+
+def test_transcribes_a_spoken_sentence(scorer, invoice_clip):
+    assert 2.5 < invoice_clip.size / 16_000 < 6
+    words = scorer.transcribe(invoice_clip).lower()
+    for word in ("please", "send", "invoice", "finance", "team"):
+        assert word in words
+
+
+def test_transcribes_two_sentences(scorer, two_sentence_clip):
+    words = scorer.transcribe(two_sentence_clip).lower()
+    for word in ("invoice", "finance", "train", "platform", "noon"):
+        assert word in words
+
+
+def test_silence_and_no_samples_transcribe_to_nothing(scorer):
+    assert scorer.transcribe(np.zeros(2 * 16_000, dtype=np.float32)) == ""
+    assert scorer.transcribe(np.zeros(0, dtype=np.float32)) == ""
+
+
+def test_stereo_is_refused(scorer):
+    with pytest.raises(ValueError, match="mono"):
+        scorer.transcribe(np.zeros((16_000, 2), dtype=np.float32))
+
+
+def test_an_answer_restating_the_audio_scores_high_and_an_unrelated_one_low(scorer, two_sentence_clip):
+    supported = scorer.score_request(
+        "The speaker asks for the invoice to be sent to the finance team. Their train leaves at noon.",
+        two_sentence_clip,
+    )
+    unrelated = scorer.score_request(
+        "The stock market fell sharply on Tuesday. Photosynthesis turns sunlight into chemical energy. "
+        "The recipe needs two cups of flour.",
+        two_sentence_clip,
+    )
+    assert supported is not None
+    assert unrelated is not None
+    assert supported >= 0.5
+    assert unrelated <= 0.34
+    assert unrelated < supported
+
+
+def test_score_is_the_fraction_of_supported_claims(scorer):
+    half = "Send the invoice to finance. Bananas are rich in potassium."
+    assert scorer.score(half, TRANSCRIPT) == 0.5
+    assert scorer.score(TRANSCRIPT, TRANSCRIPT) == 1.0
+
+
+# Calibration of SUPPORT_THRESHOLD: the best cosine similarity of each claim to the transcript's chunks.
+@pytest.mark.parametrize(
+    "claim",
+    [
+        "The invoice should be sent to the finance team.",
+        "You need to email the bill to finance.",
+        "The train departs at 12 pm from platform four.",
+        "The speaker asks for the invoice to go to finance.",
+        "Their train leaves at noon.",
+    ],
+)
+def test_calibration_paraphrases_are_supported(scorer, claim):
+    [(_, best)] = scorer.claim_support(claim, TRANSCRIPT)
+    assert best >= SUPPORT_THRESHOLD
+
+
+@pytest.mark.parametrize(
+    "claim",
+    [
+        "The stock market fell sharply on Tuesday.",
+        "The recipe needs two cups of flour and an egg.",
+        "The audio is about a cat sleeping on a sofa.",
+        "The train was cancelled because of snow.",
+        "The finance team rejected the budget proposal.",
+        # Same topic words, a fact never said: the nearest miss measured (0.48).
+        "The invoice was paid in cash by the customer last year.",
+    ],
+)
+def test_calibration_unrelated_claims_are_not_supported(scorer, claim):
+    [(_, best)] = scorer.claim_support(claim, TRANSCRIPT)
+    assert best < SUPPORT_THRESHOLD
+
+
+def test_requests_without_audio_get_no_score(scorer):
+    assert scorer.score_request("Anything at all.", None) is None
+    assert scorer.score_request("Anything at all.", np.zeros(0, dtype=np.float32)) is None
+
+
+def test_empty_and_filler_answers_and_empty_transcripts_score_zero(scorer):
+    assert scorer.score("", TRANSCRIPT) == 0.0
+    assert scorer.score("Sure! Okay.", TRANSCRIPT) == 0.0
+    assert scorer.score("Send the invoice to the finance team.", "") == 0.0
+
+
+def test_audio_of_silence_grounds_nothing(scorer):
+    assert scorer.score_request("Send the invoice to the finance team.", np.zeros(16_000, dtype=np.float32)) == 0.0
+
+
+def test_claims_drop_lead_ins_filler_and_list_markers():
+    answer = (
+        "Sure!\nHere is what the speaker says:\n- Send the **invoice** to finance.\n2. The train leaves at noon. Ok."
+    )
+    assert split_claims(answer) == ["Send the invoice to finance.", "The train leaves at noon."]
+
+
+def test_transcript_chunks_are_windows_of_one_to_three_sentences():
+    chunks = transcript_chunks("A one. B two. C three. D four.")
+    assert len(chunks) == 4 + 3 + 2
+    assert chunks[0] == "A one."
+    assert "A one. B two. C three." in chunks
+    run_on = " ".join(f"w{i}" for i in range(100))
+    windows = transcript_chunks(run_on, max_window=1)
+    assert [len(w.split()) for w in windows] == [40, 40, 40, 40]  # half-overlapping 40-word windows
+    assert windows[-1].endswith("w99")
+
+
+def test_concurrent_first_use_is_safe_and_leaves_torch_threads_alone(invoice_clip):
+    fresh = GroundingScorer()
+    threads_before = torch.get_num_threads()
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        transcripts = list(pool.map(fresh.transcribe, [invoice_clip] * 3))
+        scores = list(pool.map(lambda _: fresh.score("Send the invoice to the finance team.", TRANSCRIPT), range(3)))
+        # CTranslate2 sets the OpenMP thread count of the thread that builds a model, and torch reads the same
+        # setting: the scorer builds on a throwaway thread, so every pool thread, the loader among them, keeps it.
+        barrier = threading.Barrier(3)
+        seen = list(pool.map(lambda _: (barrier.wait(), torch.get_num_threads())[1], range(3)))
+    assert len(set(transcripts)) == 1
+    assert "invoice" in transcripts[0].lower()
+    assert scores == [1.0, 1.0, 1.0]
+    assert seen == [threads_before] * 3
+    fresh.close()
+
+
+def test_embeddings_run_on_one_torch_thread_without_changing_the_process():
+    embedder = MiniLMEmbedder(default_minilm_dir())
+    before = torch.get_num_threads()
+    assert embedder.torch_threads() == 1
+    assert torch.get_num_threads() == before
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        assert pool.submit(torch.get_num_threads).result() == before
+    embedder.close()
