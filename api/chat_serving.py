@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from api.errors import InvalidRequest
+from api.grounding import GroundingService
 from api.metrics import ServerMetrics, modality_mix
 from api.protocol import ChatCompletionRequest, PromptTokensDetails, Usage
 from api.quotas import Admission, QuotaGate
@@ -33,6 +34,7 @@ class Generation:
     started: float
     prompt_token_ids: list[int] = field(default_factory=list)
     token_ids: list[int] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)
     num_cached_tokens: int = 0
     first_token_at: float | None = None
     last_token_at: float | None = None
@@ -91,8 +93,10 @@ class ChatService:
         metrics: ServerMetrics,
         usage_log: UsageLog,
         quotas: QuotaGate | None = None,
+        grounding: GroundingService | None = None,
     ) -> None:
         self._settings = settings
+        self._grounding = grounding
         self._quotas = quotas
         self._pipeline = pipeline
         self._metrics = metrics
@@ -193,6 +197,8 @@ class ChatService:
                     self._metrics.itl.labels(model).observe(gap)
             gen.last_token_at = now
             gen.token_ids.extend(delta.token_ids)
+        if delta.text:
+            gen.text.append(delta.text)
         if delta.finish_reason is not None:
             gen.finish_reason = delta.finish_reason
 
@@ -214,7 +220,7 @@ class ChatService:
         self._metrics.completion_tokens.labels(model).inc(usage.completion_tokens)
         ttft_ms = None if gen.first_token_at is None else int((gen.first_token_at - gen.started) * 1000)
         principal = gen.principal
-        self._usage_log.record(
+        written = self._usage_log.record(
             gen.request_id,
             model,
             gen.modalities,
@@ -225,6 +231,9 @@ class ChatService:
             tenant_id=principal.tenant_id if principal else None,
             api_key_id=principal.key_id if principal else None,
         )
+        audio = gen.prepared.audio_samples
+        if self._grounding is not None and status == "completed" and audio:
+            self._grounding.schedule(self._usage_log.spawn, written, gen.request_id, "".join(gen.text), audio[0])
         return usage
 
 

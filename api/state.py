@@ -18,6 +18,7 @@ from sqlalchemy import Engine
 
 from api.auth import Authenticator
 from api.chat_serving import ChatService
+from api.grounding import GroundingService
 from api.metrics import ServerMetrics
 from api.quotas import QuotaGate
 from api.settings import PoolSettings, Settings
@@ -198,7 +199,8 @@ async def build_state(settings: Settings) -> AsyncIterator[AppState]:
     if settings.stripe_api_key:
         worker = OutboxWorker(db, StripeMeters(settings.stripe_api_key, settings.stripe_api_base))
         worker_task = asyncio.get_running_loop().create_task(worker.run_forever())
-    chat = ChatService(settings, pipeline, metrics, usage_log, QuotaGate(limiter, db))
+    grounding = GroundingService.create(db, registry=metrics.registry) if settings.grounding else None
+    chat = ChatService(settings, pipeline, metrics, usage_log, QuotaGate(limiter, db), grounding)
     state = AppState(
         settings,
         pools,
@@ -220,6 +222,8 @@ async def build_state(settings: Settings) -> AsyncIterator[AppState]:
         yield state
     finally:
         await usage_log.drain()
+        if grounding is not None:
+            grounding.close()
         if worker_task is not None:
             worker_task.cancel()
         for pool in pools.pools:

@@ -23,11 +23,12 @@ class UsageLog:
         self._prices = prices
         self._pending: set[asyncio.Task[Any]] = set()
 
-    def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         """Run `coro` as its own task: it survives the cancellation of the request that started it."""
         task = asyncio.get_running_loop().create_task(coro)
         self._pending.add(task)
         task.add_done_callback(self._done)
+        return task
 
     def _done(self, task: asyncio.Task[Any]) -> None:
         self._pending.discard(task)
@@ -46,7 +47,8 @@ class UsageLog:
         *,
         tenant_id: str | None = None,
         api_key_id: str | None = None,
-    ) -> None:
+    ) -> asyncio.Task[Any]:
+        """Write the usage row in a worker thread; the returned task finishes when it is written."""
         mask = MODALITY_TEXT | (MODALITY_IMAGE if "image" in modalities else 0)
         mask |= MODALITY_AUDIO if "audio" in modalities else 0
         d = usage.prompt_tokens_details
@@ -67,7 +69,7 @@ class UsageLog:
             cached_image_tokens=d.cached_image_tokens,
             cached_audio_tokens=d.cached_audio_tokens,
         )
-        self.spawn(asyncio.to_thread(self._write, row))
+        return self.spawn(asyncio.to_thread(self._write, row))
 
     def _write(self, row: InferenceRequest) -> None:
         row.cost_micros = self._prices.cost_micros(row)

@@ -16,3 +16,15 @@ def record_usage(engine: Engine, row: InferenceRequest, outbox: Sequence[SQLMode
         s.add(row)
         s.add_all(outbox)
         s.commit()
+
+
+def set_grounding_score(engine: Engine, request_id: str, score: float) -> bool:
+    """Store the grounding score of a request whose usage row exists; False when there is no such row."""
+    with Session(engine) as s:
+        row = s.get(InferenceRequest, request_id)
+        if row is None:
+            return False
+        row.grounding_score = score
+        s.add(row)
+        s.commit()
+        return True

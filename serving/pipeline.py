@@ -49,6 +49,7 @@ class PreparedRequest:
     prefix_hashes: list[str]
     cached_media_tokens: dict[str, int] = field(default_factory=dict)
     degraded: list[str] = field(default_factory=list)
+    audio_samples: list[Any] = field(default_factory=list)  # the decoded clips (float32 mono 16 kHz), for grounding
 
 
 class Pipeline:
@@ -160,6 +161,7 @@ class Pipeline:
             prefix_hashes(segments_of(plan, keys)),
             cached,
             degraded,
+            [a.samples for a in audios],
         )
 
     @staticmethod

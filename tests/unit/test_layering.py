@@ -11,6 +11,7 @@ FORBIDDEN = {
     "serving": {"api", "console", "tenancy", "billing"},
     "tenancy": {"api", "console"},
     "billing": {"api", "console", "serving"},
+    "grounding": {"api", "console", "serving", "tenancy", "billing", "db"},
 }
 
 

@@ -1,21 +1,18 @@
 """The grounding scorer on its real weights (Whisper tiny.en, all-MiniLM-L6-v2) and speech spoken by espeak-ng."""
 
-import shutil
-import subprocess
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
-import soundfile as sf
 import torch
-from scipy.signal import resample_poly
 
 from grounding import GroundingScorer
 from grounding.claims import split_claims, transcript_chunks
 from grounding.models import MiniLMEmbedder, default_minilm_dir
 from grounding.scorer import SUPPORT_THRESHOLD
+from tests import media
 
 INVOICE = "Please send the invoice to the finance team."
 TRAIN = "Our train leaves from platform four at noon."
@@ -23,15 +20,8 @@ TRAIN = "Our train leaves from platform four at noon."
 TRANSCRIPT = "Please send the invoice to the finance team. Our train leaves from platform 4 at noon."
 
 
-def _speak(text: str, tmp: Path) -> np.ndarray:
-    """float32 mono 16 kHz speech, spoken slowly by espeak-ng's US voice (tiny.en mishears it at full speed)."""
-    espeak = shutil.which("espeak-ng")
-    if espeak is None:
-        pytest.fail("espeak-ng is missing: scripts/setup_venv.sh installs it")
-    wav = tmp / "speech.wav"
-    subprocess.run([espeak, "-v", "en-us", "-s", "130", "-g", "2", "-w", str(wav), text], check=True)
-    samples, rate = sf.read(wav, dtype="float32")
-    return resample_poly(samples, 16_000, rate).astype(np.float32)
+def _speak(text: str, _tmp: Path | None = None) -> np.ndarray:
+    return media.speech(text)
 
 
 @pytest.fixture(scope="module")
