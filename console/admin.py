@@ -19,13 +19,14 @@ from api.settings import Settings
 from billing.prices import DIMENSIONS, PriceBook
 from console.auth import ADMIN_SESSION, admin_marker, remember
 from console.keys import picked_models
-from console.pages import page
+from console.pages import money, page
 from console.usage import csv_response, date_range, gauges, usage_csv, usage_view
 from db.models import Tenant, TenantQuota
 from serving.cache import EmbeddingCache
 from serving.pools import PoolRegistry
 from tenancy.directory import Directory, DirectoryError, Principal
 from tenancy.limits import RateLimiter
+from tenancy.metering import month_by_tenant
 
 Form = Annotated[dict[str, Any], Body(media_type=RequestEncodingType.URL_ENCODED)]
 
@@ -163,11 +164,11 @@ class AdminConsoleController(Controller):
     # -- tenants ------------------------------------------------------------------------------------------
 
     @get("/tenants")
-    async def tenants(self, console_admin: Principal, directory: Directory) -> Template:
-        return await _tenants_page(directory)
+    async def tenants(self, console_admin: Principal, directory: Directory, db: Engine) -> Template:
+        return await _tenants_page(directory, db)
 
     @post("/tenants")
-    async def create_tenant(self, console_admin: Principal, directory: Directory, data: Form) -> Template:
+    async def create_tenant(self, console_admin: Principal, directory: Directory, db: Engine, data: Form) -> Template:
         name = str(data.get("name", "")).strip()
         if not name or len(name) > 128:
             raise InvalidRequest("a tenant needs a name of 1 to 128 characters", param="name")
@@ -180,7 +181,7 @@ class AdminConsoleController(Controller):
             monthly_token_budget=fields["monthly_token_budget"],
         )
         await _directory_call(directory.set_quota, tenant.id, **fields)
-        return await _tenants_page(directory, created=tenant.name, status_code=201)
+        return await _tenants_page(directory, db, created=tenant.name, status_code=201)
 
     @get("/tenants/{tenant_id:str}")
     async def tenant(
@@ -334,14 +335,16 @@ def _quota(db: Engine, tenant_id: str) -> TenantQuota | None:
         return s.get(TenantQuota, tenant_id)
 
 
-async def _tenants_page(directory: Directory, status_code: int = 200, **extra: Any) -> Template:
+async def _tenants_page(directory: Directory, db: Engine, status_code: int = 200, **extra: Any) -> Template:
     rows = await asyncio.to_thread(directory.tenants)
+    month = await asyncio.to_thread(month_by_tenant, db)
     return page(
         "console/admin/tenants.html.jinja2",
         area="admin",
         active="tenants",
         status_code=status_code,
         tenants=rows,
+        month={t: {**m, "cost": money(m["cost_micros"])} for t, m in month.items()},
         **extra,
     )
 

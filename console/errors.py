@@ -7,7 +7,7 @@ from typing import Any
 
 from litestar import Request, Response
 from litestar.enums import MediaType
-from litestar.plugins.htmx import ClientRedirect
+from litestar.plugins.htmx import ClientRedirect, HTMXTemplate
 from litestar.response import Redirect, Template
 
 from api.errors import error_response, to_api_error
@@ -29,12 +29,16 @@ def console_error(request: Request[Any, Any, Any], exc: Exception) -> Response[A
     if _is_htmx(request):
         # The page's htmx config swaps error responses too; these headers aim this one at the toast, whatever
         # target and selection the element that made the request asked for.
-        return Template(
-            "console/_toast.html.jinja2",
+        return HTMXTemplate(
+            template_name="console/_toast.html.jinja2",
             context={"message": err.message},
             status_code=err.status_code,
             media_type=MediaType.HTML,
-            headers={"HX-Retarget": "#toast", "HX-Reswap": "innerHTML", "HX-Reselect": ".toast-message"},
+            re_target="#toast",
+            re_swap="innerHTML",
+            trigger_event="tessera:error",
+            params={"status": err.status_code, "message": err.message},
+            headers={"HX-Reselect": ".toast-message"},
         )
     return Template(
         "console/error.html.jinja2",

@@ -17,6 +17,7 @@ def page(template: str, *, area: str, active: str = "", status_code: int = 200, 
     )
 
 
-def money(micros: int | None) -> str:
-    """Millionths of the billing currency, as the console shows them: $1.234567 to six places."""
-    return f"${(micros or 0) / 1_000_000:,.6f}"
+def money(micros: int | None, places: int = 6) -> str:
+    """Millionths of the billing currency, as the console shows them: to six places by default, because a
+    single request often costs a fraction of a cent."""
+    return f"${(micros or 0) / 1_000_000:,.{places}f}"

@@ -108,7 +108,7 @@ class RequestsController(Controller):
         )
 
     @get("/{request_id:str}")
-    async def detail(self, request_id: str, signed_in: Principal, db: Engine) -> Template:
+    async def detail(self, request_id: str, signed_in: Principal, db: Engine, settings: Settings) -> Template:
         found = await asyncio.to_thread(receipt, db, signed_in.tenant_id, request_id)
         if found is None:
             raise NotFoundException(f"no request '{request_id}' for this tenant")
@@ -117,7 +117,7 @@ class RequestsController(Controller):
             area="tenant",
             active="requests",
             tenant=signed_in.tenant_name,
-            r=_row(found),
+            r=_row(found, settings.grounding),
         )
 
     @get("/{request_id:str}/summary")

@@ -172,7 +172,7 @@ async def gauges(
 def _gauge(key: str, label: str, value: int, limit: int | None, shown: str) -> dict[str, Any]:
     if limit is None:
         return {"key": key, "label": label, "value": value, "max": None, "text": f"{shown} (no limit)"}
-    limit_shown = money(limit) if key == "budget-cost" else f"{limit:,}"
+    limit_shown = money(limit, places=2) if key == "budget-cost" else f"{limit:,}"
     percent = 100.0 if limit == 0 else min(100.0, 100.0 * value / limit)
     return {
         "key": key,

@@ -143,16 +143,38 @@ def aggregate(db: Engine, tenant_id: str | None, start: datetime, end: datetime,
 _DAY = func.substr(func.cast(col(InferenceRequest.created_at), type_=String()), 1, 10)
 
 
+def _month_start() -> datetime:
+    return datetime.now(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+
+
+_TOKENS = (
+    InferenceRequest.text_tokens
+    + InferenceRequest.vision_tokens
+    + InferenceRequest.audio_tokens
+    + InferenceRequest.output_tokens
+)
+
+
+def month_by_tenant(db: Engine) -> dict[str, dict[str, int]]:
+    """Requests, tokens and cost (micros) of every tenant since the start of this month (UTC)."""
+    query: Any = (
+        select(
+            col(InferenceRequest.tenant_id),
+            func.count(),
+            func.coalesce(func.sum(_TOKENS), 0),
+            func.coalesce(func.sum(InferenceRequest.cost_micros), 0),
+        )
+        .where(col(InferenceRequest.created_at) >= _month_start(), col(InferenceRequest.tenant_id).is_not(None))
+        .group_by(col(InferenceRequest.tenant_id))
+    )
+    with Session(db) as s:
+        return {t: {"requests": int(n), "tokens": int(k), "cost_micros": int(c)} for t, n, k, c in s.exec(query)}
+
+
 def spent_this_month(db: Engine, tenant_id: str) -> tuple[int, int]:
     """(tokens, cost in micros) the tenant has used since the start of this month (UTC)."""
-    now = datetime.now(UTC)
-    start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-    tokens = (
-        InferenceRequest.text_tokens
-        + InferenceRequest.vision_tokens
-        + InferenceRequest.audio_tokens
-        + InferenceRequest.output_tokens
-    )
+    start = _month_start()
+    tokens = _TOKENS
     with Session(db) as s:
         row: Any = s.exec(
             select(func.coalesce(func.sum(tokens), 0), func.coalesce(func.sum(InferenceRequest.cost_micros), 0)).where(

@@ -107,3 +107,64 @@ def test_budgets_refuse_before_the_engine(db):
             await gate.check(d.resolve(key), "small", 1, Admission())
 
     asyncio.run(run())
+
+
+def _row(request_id, tenant, *, model="small", mask=1, status="completed", grounding=None, at=None, image=0):
+    return InferenceRequest(
+        request_id=request_id,
+        tenant_id=tenant,
+        model_variant=model,
+        modality_mask=mask,
+        text_tokens=10,
+        vision_tokens=image,
+        output_tokens=5,
+        status=status,
+        cost_micros=100,
+        grounding_score=grounding,
+        created_at=at or datetime.now(UTC),
+    )
+
+
+def test_request_log_filters_pages_newest_first_and_never_crosses_tenants(db):
+    from tenancy.metering import month_by_tenant, requests_page
+
+    now = datetime.now(UTC).replace(microsecond=0)
+    with Session(db) as s:
+        for i in range(7):
+            s.add(_row(f"r{i}", "a", at=now - timedelta(minutes=i), mask=3 if i % 2 else 1, image=54 if i % 2 else 0))
+        s.add(_row("r-aud", "a", mask=5, grounding=0.2, at=now - timedelta(hours=1)))
+        s.add(_row("r-aud-ok", "a", mask=5, grounding=0.9, at=now - timedelta(hours=2)))
+        s.add(_row("r-fail", "a", model="large", status="failed", at=now - timedelta(hours=3)))
+        s.add(_row("b-secret", "b", at=now))
+        s.commit()
+    first, total = requests_page(db, "a", page=1, per_page=4)
+    assert total == 10
+    assert [r["request_id"] for r in first] == ["r0", "r1", "r2", "r3"]
+    last, _ = requests_page(db, "a", page=3, per_page=4)
+    assert [r["request_id"] for r in last] == ["r-aud-ok", "r-fail"]
+    assert requests_page(db, "a", mix="text+image")[1] == 3
+    assert {r["modalities"] for r in requests_page(db, "a", mix="text+image")[0]} == {"text+image"}
+    assert [r["request_id"] for r in requests_page(db, "a", grounding_below=0.5)[0]] == ["r-aud"]
+    assert [r["request_id"] for r in requests_page(db, "a", model="large", status="failed")[0]] == ["r-fail"]
+    assert requests_page(db, "a", model="large", status="completed")[1] == 0
+    assert [r["request_id"] for r in requests_page(db, "b")[0]] == ["b-secret"]
+    month = month_by_tenant(db)
+    if now.day == 1 and now.hour < 4:
+        pytest.skip("rows from before midnight fall in the previous month")
+    assert month["a"]["requests"] == 10
+    assert month["b"] == {"requests": 1, "tokens": 15, "cost_micros": 100}
+
+
+def test_daily_usage_per_model(db):
+    day = datetime(2026, 3, 4, 12, tzinfo=UTC)
+    with Session(db) as s:
+        s.add(_row("x1", "a", at=day, image=54, mask=3))
+        s.add(_row("x2", "a", at=day + timedelta(hours=1), model="large"))
+        s.add(_row("x3", "a", at=day + timedelta(days=1)))
+        s.commit()
+    rows = aggregate(db, "a", day - timedelta(days=1), day + timedelta(days=3), "day_model")
+    assert [(r["day"], r["model"], r["requests"], r["image_tokens"]) for r in rows] == [
+        ("2026-03-04", "large", 1, 0),
+        ("2026-03-04", "small", 1, 54),
+        ("2026-03-05", "small", 1, 0),
+    ]

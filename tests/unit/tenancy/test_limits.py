@@ -62,3 +62,24 @@ def test_concurrency_slots_are_returned(make_limiter):
         await _close(limiter)
 
     asyncio.run(run())
+
+
+def test_usage_reads_the_window_and_the_slots_without_reserving(make_limiter):
+    async def run():
+        limiter = make_limiter()
+        limits = Limits(tokens_per_minute=1_000, concurrent_requests=4)
+        assert await limiter.usage("t") == (0, 0)
+        a = (await limiter.reserve("t", 300, limits)).reservation
+        b = (await limiter.reserve("t", 200, limits)).reservation
+        await limiter.reserve("other", 50, limits)
+        assert await limiter.usage("t") == (500, 2)
+        assert await limiter.usage("t") == (500, 2)  # reading reserves nothing
+        await limiter.reconcile(a, 100)
+        await limiter.release(a)
+        assert await limiter.usage("t") == (300, 1)
+        await limiter.release(b)
+        await asyncio.sleep(0.6)  # the window slides past both
+        assert await limiter.usage("t") == (0, 0)
+        await _close(limiter)
+
+    asyncio.run(run())
