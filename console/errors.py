@@ -38,6 +38,7 @@ def console_error(request: Request[Any, Any, Any], exc: Exception) -> Response[A
             re_swap="innerHTML",
             trigger_event="tessera:error",
             params={"status": err.status_code, "message": err.message},
+            after="receive",
             headers={"HX-Reselect": ".toast-message"},
         )
     return Template(

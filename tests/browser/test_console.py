@@ -68,6 +68,8 @@ def _shoot(page, name: str) -> None:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     for label, width in WIDTHS.items():
         page.set_viewport_size({"width": width, "height": 900})
+        # The layout fits the width: nothing makes the page scroll sideways.
+        assert page.evaluate("document.documentElement.scrollWidth") <= width, f"{name} overflows at {width}px"
         page.screenshot(path=str(ARTIFACTS / f"{name}-{label}.png"), full_page=True)
     page.set_viewport_size({"width": WIDTHS["desktop"], "height": 900})
 
