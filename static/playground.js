@@ -6,6 +6,39 @@
   const code = document.getElementById("code");
   const toast = document.getElementById("toast");
 
+  // Drag and drop: images join the image input (after those already chosen); an audio file replaces the clip.
+  const dropzone = document.getElementById("dropzone");
+  const imagesInput = document.getElementById("images");
+  const audioInput = document.getElementById("audio");
+  for (const name of ["dragenter", "dragover"]) {
+    dropzone.addEventListener(name, (event) => { event.preventDefault(); dropzone.classList.add("dragging"); });
+  }
+  dropzone.addEventListener("dragleave", () => dropzone.classList.remove("dragging"));
+  dropzone.addEventListener("drop", (event) => {
+    event.preventDefault();
+    dropzone.classList.remove("dragging");
+    const dropped = Array.from(event.dataTransfer.files);
+    const images = dropped.filter((f) => f.type.startsWith("image/"));
+    const audio = dropped.find((f) => f.type.startsWith("audio/"));
+    const ignored = dropped.length - images.length - (audio ? 1 : 0);
+    if (images.length) {
+      const all = new DataTransfer();
+      for (const f of imagesInput.files) all.items.add(f);
+      for (const f of images) all.items.add(f);
+      imagesInput.files = all.files;
+      imagesInput.dispatchEvent(new Event("change", { bubbles: true }));
+    }
+    if (audio) {
+      const one = new DataTransfer();
+      one.items.add(audio);
+      audioInput.files = one.files;
+      audioInput.dispatchEvent(new Event("change", { bubbles: true }));
+    }
+    document.getElementById("drop-status").textContent =
+      (images.length ? images.length + " image(s) added. " : "") + (audio ? "Audio: " + audio.name + ". " : "") +
+      (ignored ? ignored + " file(s) ignored: only images and audio are accepted." : "");
+  });
+
   document.getElementById("images").addEventListener("change", (event) => {
     const previews = document.getElementById("previews");
     previews.replaceChildren();

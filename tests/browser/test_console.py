@@ -98,6 +98,20 @@ def test_sign_in_and_playground_with_an_image(server, browser, tenant_key, tmp_p
     page.get_by_label("Prompt", exact=True).fill("Describe this photo.")
     page.get_by_label("Images").set_input_files(str(image))
     assert page.locator("#previews img").count() == 1
+    # Dropping a second image adds it; dropping a text file is refused with a message.
+    page.evaluate(
+        """async () => {
+        const png = await (await fetch(document.querySelector('#previews img').src)).blob();
+        const dt = new DataTransfer();
+        dt.items.add(new File([png], 'dropped.png', {type: 'image/png'}));
+        dt.items.add(new File(['notes'], 'notes.txt', {type: 'text/plain'}));
+        document.getElementById('dropzone').dispatchEvent(new DragEvent('drop', {dataTransfer: dt, bubbles: true}));
+    }"""
+    )
+    assert page.locator("#previews img").count() == 2
+    assert "1 file(s) ignored" in page.locator("#drop-status").inner_text()
+    page.get_by_label("Images").set_input_files(str(image))  # back to the one image the checks below expect
+    assert page.locator("#previews img").count() == 1
     page.get_by_role("button", name="Run").click()
     page.wait_for_selector("#breakdown dd[data-field='image tokens']", timeout=60_000)
     assert page.locator("#answer").inner_text().strip()
