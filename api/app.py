@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from litestar import Litestar, Request, Router
+from litestar.config.compression import CompressionConfig
 from litestar.config.csrf import CSRFConfig
 from litestar.contrib.jinja import JinjaTemplateEngine
 from litestar.di import Provide
@@ -96,7 +97,13 @@ def create_app(settings: Settings, on_ready: Callable[[AppState], None] | None =
         cookie_httponly=False,
         cookie_samesite="lax",
         cookie_secure=settings.console_secure_cookies,
-        exclude=["/v1", "/admin", "/health", "/metrics", "/static"],
+        # Anchored: the patterns are searched anywhere in the path, and "/admin" alone would also exempt the
+        # admin console's forms under /console/admin.
+        exclude=["^/v1/", "^/admin/", "^/health$", "^/metrics$", "^/static/"],
+    )
+    # Pages and assets are compressed; API responses are not, because gzip would hold back streamed tokens.
+    compression = CompressionConfig(
+        backend="gzip", minimum_size=1024, gzip_compress_level=6, exclude=["^/v1/", "^/console/playground/run$"]
     )
     return Litestar(
         route_handlers=[
@@ -114,6 +121,7 @@ def create_app(settings: Settings, on_ready: Callable[[AppState], None] | None =
         ],
         middleware=[sessions.middleware],
         csrf_config=csrf,
+        compression_config=compression,
         template_config=TemplateConfig(directory=ROOT / "templates", engine=JinjaTemplateEngine),
         lifespan=[lifespan],
         dependencies={

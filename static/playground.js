@@ -65,7 +65,10 @@
     const images = form.querySelector("#images").files.length;
     for (let i = 0; i < images; i++) content.push({ type: "image_url", image_url: { url: "data:image/png;base64,<...>" } });
     if (form.querySelector("#audio").files.length) content.push({ type: "input_audio", input_audio: { data: "<base64>", format: "wav" } });
-    const body = { model: fields.get("model"), messages: [{ role: "user", content }], max_tokens: Number(fields.get("max_tokens")), temperature: Number(fields.get("temperature")), stream: true };
+    const messages = [];
+    if ((fields.get("system") || "").trim()) messages.push({ role: "system", content: fields.get("system").trim() });
+    messages.push({ role: "user", content });
+    const body = { model: fields.get("model"), messages, max_tokens: Number(fields.get("max_tokens")), temperature: Number(fields.get("temperature")), stream: true };
     return "curl " + base + "/chat/completions \\\n  -H 'Authorization: Bearer $TESSERA_API_KEY' -H 'Content-Type: application/json' \\\n  -d '" + JSON.stringify(body) + "'\n\n" +
       "import json, os\nfrom openai import OpenAI\n\nclient = OpenAI(base_url=\"" + base + "\", api_key=os.environ[\"TESSERA_API_KEY\"])\n" +
       "request = json.loads(" + JSON.stringify(JSON.stringify(body)) + ")\n" +

@@ -95,6 +95,7 @@ def test_sign_in_and_playground_with_an_image(server, browser, tenant_key, tmp_p
     image = tmp_path / "photo.png"
     image.write_bytes(media.png_bytes(media.image(77)))
     page.get_by_label("Model").select_option("small")
+    page.get_by_label("System prompt").fill("Answer briefly.")
     page.get_by_label("Prompt", exact=True).fill("Describe this photo.")
     page.get_by_label("Images").set_input_files(str(image))
     assert page.locator("#previews img").count() == 1
@@ -118,6 +119,7 @@ def test_sign_in_and_playground_with_an_image(server, browser, tenant_key, tmp_p
     assert page.locator("dd[data-field='image tokens']").inner_text().startswith("54")
     assert page.locator("dd[data-field='model']").inner_text().startswith("small")
     assert "client.chat.completions.create" in page.locator("#code").inner_text()
+    assert '{"role":"system","content":"Answer briefly."}' in page.locator("#code").inner_text()
     request_id = page.locator("dd[data-field='request id']").inner_text().strip()
     page.wait_for_function(
         "(document.querySelector(\"#summary dd[data-field='cost']\") || {innerText: ''}).innerText.startsWith('$')",
@@ -208,6 +210,31 @@ def test_post_without_csrf_token_is_refused(server, tenant_key):
         token = http.cookies["csrftoken"]
         ok = http.post("/console/signin", data={"api_key": tenant_key, "_csrf_token": token})
         assert ok.status_code in (302, 303, 201, 200)
+
+
+def test_admin_console_posts_need_the_csrf_token_too(server):
+    with httpx.Client(base_url=server.base_url) as http:
+        http.get("/console/admin/signin")
+        token = http.cookies["csrftoken"]
+        signed = http.post("/console/admin/signin", data={"api_key": ADMIN_KEY, "_csrf_token": token})
+        assert signed.status_code == 303
+        name = f"csrf-{uuid.uuid4().hex[:6]}"
+        form = {"name": name, "tokens_per_minute": "100", "concurrent_requests": "1"}
+        assert http.post("/console/admin/tenants", data=form).status_code == 403
+        assert http.post("/console/admin/tenants", data={**form, "_csrf_token": token}).status_code == 201
+
+
+def test_pages_and_assets_are_compressed_but_streams_are_not(server, client):
+    gz = {"accept-encoding": "gzip"}
+    asset = httpx.get(server.base_url + "/static/htmx-2.0.4.min.js", headers=gz)
+    assert asset.headers.get("content-encoding") == "gzip"
+    assert int(asset.headers["content-length"]) < 25_000  # 50 KB of script
+    auth = {**gz, "authorization": f"Bearer {API_KEY}"}
+    body = {"model": "small", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "stream": True}
+    with httpx.stream("POST", server.v1 + "/chat/completions", headers=auth, json=body) as stream:
+        assert stream.status_code == 200
+        assert "content-encoding" not in stream.headers
+        stream.read()
 
 
 def test_keys_page_issues_once_restricts_and_revokes(server, browser, tenant_key):
