@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from litestar import Controller, Request, Response, get, post
@@ -20,7 +21,7 @@ from api.metrics import ServerMetrics
 from api.settings import Settings
 from billing.prices import DIMENSIONS, PriceBook
 from console.auth import ADMIN_SESSION, admin_marker, remember
-from console.keys import picked_models
+from console.keys import EXPIRY_DAYS, key_options
 from console.pages import money, page
 from console.usage import csv_response, date_range, gauges, usage_csv, usage_view
 from db.models import Tenant, TenantQuota
@@ -164,6 +165,8 @@ class TenantViews:
             base=base,
             keys=keys,
             models=[p.name for p in self.pools.pools],
+            expiry_days=EXPIRY_DAYS,
+            now=datetime.now(UTC).replace(tzinfo=None),
             current=None,
             action=f"{base}/keys",
             **extra,
@@ -303,12 +306,10 @@ class AdminConsoleController(Controller):
         views: TenantViews,
         data: Form,
     ) -> Template:
-        models, error = picked_models(data, views.pools)
+        options, error = key_options(data, views.pools)
         if error:
             raise InvalidRequest(error, param="models")
-        issued = await _directory_call(
-            views.directory.issue_key, tenant_id, name=str(data.get("name", ""))[:128], allowed_models=models or None
-        )
+        issued = await _directory_call(views.directory.issue_key, tenant_id, **options)
         return await views.page(tenant_id, issued=issued.key, status_code=201)
 
     @post("/tenants/{tenant_id:str}/keys/{key_id:str}/revoke")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 from litestar import Controller, get, post
@@ -13,6 +14,21 @@ from litestar.response import Template
 from console.pages import page
 from serving.pools import PoolRegistry
 from tenancy.directory import Directory, DirectoryError, Principal
+
+EXPIRY_DAYS = (7, 30, 90, 365)
+
+
+def key_options(data: dict[str, Any], pools: PoolRegistry) -> tuple[dict[str, Any], str | None]:
+    """The key form as `issue_key` arguments (name, models, expiry), and an error when it is not valid."""
+    models, error = picked_models(data, pools)
+    expires = str(data.get("expires_days") or "").strip()
+    expires_at = None
+    if expires:
+        if not expires.isdigit() or int(expires) not in EXPIRY_DAYS:
+            return {}, f"expiry must be one of {', '.join(map(str, EXPIRY_DAYS))} days, or never"
+        expires_at = datetime.now(UTC) + timedelta(days=int(expires))
+    options = {"name": str(data.get("name", ""))[:128], "allowed_models": models or None, "expires_at": expires_at}
+    return options, error
 
 
 def picked_models(data: dict[str, Any], pools: PoolRegistry) -> tuple[list[str], str | None]:
@@ -35,6 +51,8 @@ async def _render(
         tenant=signed_in.tenant_name,
         keys=keys,
         models=[p.name for p in pools.pools],
+        expiry_days=EXPIRY_DAYS,
+        now=datetime.now(UTC).replace(tzinfo=None),
         current=signed_in.key_id,
         action="/console/keys",
         **extra,
@@ -56,15 +74,10 @@ class KeysController(Controller):
         pools: PoolRegistry,
         data: Annotated[dict[str, Any], Body(media_type=RequestEncodingType.URL_ENCODED)],
     ) -> Template:
-        models, error = picked_models(data, pools)
+        options, error = key_options(data, pools)
         if error:
             return await _render(signed_in, directory, pools, status_code=400, error=error)
-        issued = await asyncio.to_thread(
-            directory.issue_key,
-            signed_in.tenant_id,
-            name=str(data.get("name", ""))[:128],
-            allowed_models=models or None,
-        )
+        issued = await asyncio.to_thread(directory.issue_key, signed_in.tenant_id, **options)
         return await _render(signed_in, directory, pools, status_code=201, issued=issued.key)
 
     @post("/{key_id:str}/revoke")

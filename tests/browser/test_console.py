@@ -8,7 +8,7 @@ import json
 import shutil
 import time
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -245,6 +245,7 @@ def test_keys_page_issues_once_restricts_and_revokes(server, browser, tenant_key
     assert page.get_by_text("in use here").count() == 1
     page.get_by_label("Name").fill("ci-bot")
     page.get_by_label("small").check()
+    page.get_by_label("Expires").select_option("30")
     page.get_by_role("button", name="Create key").click()
     page.wait_for_selector("#new-key")
     new_key = page.locator("#new-key").inner_text().strip()
@@ -255,6 +256,7 @@ def test_keys_page_issues_once_restricts_and_revokes(server, browser, tenant_key
     assert new_key not in page.content()
     row = page.locator("tr", has_text="ci-bot")
     assert "small" in row.inner_text()
+    assert (datetime.now(UTC) + timedelta(days=30)).date().isoformat() in row.inner_text()
     auth = {"authorization": f"Bearer {new_key}"}
     body = {"model": "large", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
     assert httpx.post(server.v1 + "/chat/completions", headers=auth, json=body).status_code == 403
@@ -262,6 +264,10 @@ def test_keys_page_issues_once_restricts_and_revokes(server, browser, tenant_key
     page.wait_for_function("document.querySelector('main').innerText.includes('revoked')")
     assert "revoked" in page.locator("tr", has_text="ci-bot").inner_text()
     assert httpx.get(server.v1 + "/models", headers=auth).status_code == 401
+    page.get_by_role("button", name="Sign out").click()
+    page.wait_for_url("**/console/signin")
+    page.goto(server.base_url + "/console/keys")
+    assert page.url.endswith("/console/signin")  # the session is gone
     page.close()
 
 
