@@ -12,10 +12,10 @@ from typing import Any
 from litestar import Litestar, Request, Router
 from litestar.config.compression import CompressionConfig
 from litestar.config.csrf import CSRFConfig
-from litestar.contrib.jinja import JinjaTemplateEngine
 from litestar.di import Provide
 from litestar.middleware.session.client_side import CookieBackendConfig
 from litestar.plugins.htmx import HTMXPlugin
+from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.static_files import create_static_files_router
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 from litestar.template.config import TemplateConfig

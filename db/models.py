@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from sqlalchemy import Index
 from sqlmodel import Field, SQLModel
 
 MODALITY_TEXT, MODALITY_IMAGE, MODALITY_AUDIO = 1, 2, 4
@@ -55,6 +56,7 @@ class InferenceRequest(SQLModel, table=True):
     """One row per request that reached an engine: what it carried, what it cost in tokens, how it ended."""
 
     __tablename__ = "inference_requests"
+    __table_args__ = (Index("ix_inference_requests_tenant_created", "tenant_id", "created_at"),)
 
     request_id: str = Field(primary_key=True, max_length=64)
     tenant_id: str | None = Field(default=None, index=True, max_length=36)

@@ -18,9 +18,18 @@ def _tables(url):
         engine.dispose()
 
 
+def _indexes(url, table):
+    engine = create_engine(url)
+    try:
+        return {ix["name"] for ix in inspect(engine).get_indexes(table)}
+    finally:
+        engine.dispose()
+
+
 def _roundtrip(url):
     upgrade(url)
     assert "inference_requests" in _tables(url)
+    assert "ix_inference_requests_tenant_created" in _indexes(url, "inference_requests")
     downgrade(url, "base")
     assert "inference_requests" not in _tables(url)
     upgrade(url)
