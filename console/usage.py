@@ -20,9 +20,10 @@ from console.pages import money, page
 from db.models import TenantQuota
 from tenancy.directory import Principal
 from tenancy.limits import RateLimiter
-from tenancy.metering import aggregate, spent_this_month
+from tenancy.metering import aggregate, grounding_by_mix, spent_this_month
 
 DEFAULT_DAYS = 14
+GROUNDING_LOW = 0.5  # the usage page counts scores below this as poorly grounded
 MAX_DAYS = 366
 # Chart series: (label, field of the aggregate row, CSS class that colours it).
 SERIES = (
@@ -122,12 +123,15 @@ def usage_view(db: Engine, tenant_id: str, first: date, last: date) -> dict[str,
     since, until = _bounds(first, last)
     days = aggregate(db, tenant_id, since, until, "day")
     models = aggregate(db, tenant_id, since, until, "model")
+    grounding = grounding_by_mix(db, tenant_id, since, until, low=GROUNDING_LOW)
     return {
         "start": first.isoformat(),
         "end": last.isoformat(),
         "chart": stacked_chart(days, first, last),
         "days": days,
         "models": [{**m, "cost": money(m["cost_micros"])} for m in models],
+        "grounding": grounding,
+        "grounding_low": GROUNDING_LOW,
         "requests": sum(m["requests"] for m in models),
         "cost": money(sum(m["cost_micros"] for m in models)),
     }

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine, String, func
+from sqlalchemy import Engine, String, case, func
 from sqlmodel import Session, col, select
 
 from db.models import InferenceRequest
@@ -182,3 +182,32 @@ def spent_this_month(db: Engine, tenant_id: str) -> tuple[int, int]:
             )
         ).one()
     return int(row[0]), int(row[1])
+
+
+def grounding_by_mix(
+    db: Engine, tenant_id: str | None, start: datetime, end: datetime, low: float = 0.5
+) -> list[dict[str, Any]]:
+    """Grounding sliced by modality mix: scored requests, their mean score and how many fell below `low`.
+    An aggregate over all mixes could hide a weak encoder behind a strong one."""
+    score = col(InferenceRequest.grounding_score)
+    query: Any = (
+        select(
+            col(InferenceRequest.modality_mask),
+            func.count(),
+            func.avg(score),
+            func.sum(case((score < low, 1), else_=0)),
+        )
+        .where(
+            col(InferenceRequest.tenant_id) == tenant_id,
+            col(InferenceRequest.created_at) >= start,
+            col(InferenceRequest.created_at) < end,
+            score.is_not(None),
+        )
+        .group_by(col(InferenceRequest.modality_mask))
+        .order_by(col(InferenceRequest.modality_mask))
+    )
+    with Session(db) as s:
+        return [
+            {"modalities": mix_name(m), "scored": int(n), "mean": float(avg), "below": int(below or 0)}
+            for m, n, avg, below in s.exec(query)
+        ]

@@ -444,4 +444,7 @@ def test_recorded_audio_streams_through_the_playground(server, browser, tenant_k
     page.goto(server.base_url + f"/console/requests?grounding_below={min(score + 0.01, 1.0):.2f}")
     assert page.locator("#requests tbody tr").count() == 1
     assert page.locator("#requests tbody tr td").nth(3).inner_text() == "text+audio"
+    page.goto(server.base_url + "/console/usage")
+    cells = page.locator("#usage-grounding tbody tr td").all_inner_texts()
+    assert cells[:3] == ["text+audio", "1", f"{score:.2f}"]
     page.close()

@@ -168,3 +168,19 @@ def test_daily_usage_per_model(db):
         ("2026-03-04", "small", 1, 54),
         ("2026-03-05", "small", 1, 0),
     ]
+
+
+def test_grounding_is_sliced_by_modality_mix(db):
+    from tenancy.metering import grounding_by_mix
+
+    now = datetime.now(UTC)
+    with Session(db) as s:
+        for i, (mask, score) in enumerate([(5, 0.9), (5, 0.3), (7, 0.2), (7, None), (1, None)]):
+            s.add(_row(f"g{i}", "a", mask=mask, grounding=score, at=now))
+        s.add(_row("g-b", "b", mask=5, grounding=0.0, at=now))
+        s.commit()
+    rows = grounding_by_mix(db, "a", now - timedelta(hours=1), now + timedelta(hours=1), low=0.5)
+    assert [(r["modalities"], r["scored"], round(r["mean"], 3), r["below"]) for r in rows] == [
+        ("text+audio", 2, 0.6, 1),
+        ("text+image+audio", 1, 0.2, 1),
+    ]
