@@ -64,6 +64,15 @@ async def complete(chat: ChatService, req: ChatCompletionRequest, gen: Generatio
     )
 
 
+class EventStream(Stream):
+    """An SSE response that keeps its `text/event-stream` type: Litestar otherwise lets the route's default
+    media type (JSON) win over the response's own."""
+
+    def to_asgi_response(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["media_type"] = self.media_type
+        return super().to_asgi_response(*args, **kwargs)
+
+
 async def stream(chat: ChatService, req: ChatCompletionRequest, gen: Generation) -> Stream:
     """Start the engine first, so errors before any token still get a proper HTTP status."""
     deltas = chat.run(gen)
@@ -74,7 +83,7 @@ async def stream(chat: ChatService, req: ChatCompletionRequest, gen: Generation)
     except BaseException:
         await deltas.aclose()
         raise
-    return Stream(
+    return EventStream(
         _events(req, gen, first, deltas),
         media_type="text/event-stream",
         headers={**SSE_HEADERS, **gen.timing_headers()},

@@ -169,6 +169,7 @@ class TenantViews:
             now=datetime.now(UTC).replace(tzinfo=None),
             current=None,
             action=f"{base}/keys",
+            manage=True,
             **extra,
         )
 

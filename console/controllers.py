@@ -15,7 +15,7 @@ from litestar.params import Body
 from litestar.response import Redirect, Stream, Template
 
 from api.chat_serving import ChatService
-from api.errors import to_api_error
+from api.errors import InvalidRequest, to_api_error
 from api.parsing import parse_chat_request
 from api.streaming import stream
 from console.auth import TENANT_SESSION, remember
@@ -38,8 +38,8 @@ class ConsoleController(Controller):
         return Redirect("/console/playground")
 
     @get("/signin", name="console:signin")
-    async def signin_page(self, error: str | None = None) -> Template:
-        return page("console/signin.html.jinja2", area="signin", error=error)
+    async def signin_page(self) -> Template:
+        return page("console/signin.html.jinja2", area="signin")
 
     @post("/signin")
     async def signin(
@@ -125,6 +125,16 @@ async def _chat_body(data: dict[str, Any]) -> dict[str, Any]:
         "messages": messages,
         "stream": True,
         "stream_options": {"include_usage": True},
-        "max_tokens": int(data.get("max_tokens") or 64),
-        "temperature": float(data.get("temperature") or 0.0),
+        "max_tokens": _number(data, "max_tokens", int, 64),
+        "temperature": _number(data, "temperature", float, 0.0),
     }
+
+
+def _number(data: dict[str, Any], name: str, kind: type[int] | type[float], default: float) -> Any:
+    raw = str(data.get(name) or "").strip()
+    if not raw:
+        return default
+    try:
+        return kind(raw)
+    except ValueError as exc:
+        raise InvalidRequest(f"{name} must be a number", param=name) from exc

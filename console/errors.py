@@ -3,6 +3,7 @@ from the console get a toast swapped into the page they came from."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from litestar import Request, Response
@@ -13,12 +14,22 @@ from litestar.response import Redirect, Template
 from api.errors import error_response, to_api_error
 from console.auth import SignInRequired
 
+logger = logging.getLogger(__name__)
+
 
 def _is_htmx(request: Request[Any, Any, Any]) -> bool:
     return request.headers.get("hx-request") == "true"
 
 
 def console_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    try:
+        return _console_error(request, exc)
+    except Exception:
+        logger.exception("the console's error handler failed; answering plainly")
+        return error_response(exc)
+
+
+def _console_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
     if not request.url.path.startswith("/console"):
         return error_response(exc)
     if isinstance(exc, SignInRequired):
@@ -37,7 +48,7 @@ def console_error(request: Request[Any, Any, Any], exc: Exception) -> Response[A
             re_target="#toast",
             re_swap="innerHTML",
             trigger_event="tessera:error",
-            params={"status": err.status_code, "message": err.message},
+            params={"status": err.status_code},
             after="receive",
             headers={"HX-Reselect": ".toast-message"},
         )

@@ -12,6 +12,7 @@ from litestar.params import Body
 from litestar.response import Template
 
 from console.pages import page
+from db.models import ApiKey
 from serving.pools import PoolRegistry
 from tenancy.directory import Directory, DirectoryError, Principal
 
@@ -39,6 +40,18 @@ def picked_models(data: dict[str, Any], pools: PoolRegistry) -> tuple[list[str],
     return models, (f"unknown models: {', '.join(sorted(unknown))}" if unknown else None)
 
 
+RESTRICTED = (
+    "This key is limited to some models or expires, so it can list keys but not issue or revoke them: "
+    "otherwise it could mint a key broader than itself. Sign in with an unrestricted key to manage keys."
+)
+
+
+def can_manage(signed_in: Principal, keys: list[ApiKey]) -> bool:
+    """Only a key without model limits or expiry manages the tenant's keys."""
+    current = next((k for k in keys if k.id == signed_in.key_id), None)
+    return signed_in.allowed_models is None and current is not None and current.expires_at is None
+
+
 async def _render(
     signed_in: Principal, directory: Directory, pools: PoolRegistry, status_code: int = 200, **extra: Any
 ) -> Template:
@@ -55,6 +68,7 @@ async def _render(
         now=datetime.now(UTC).replace(tzinfo=None),
         current=signed_in.key_id,
         action="/console/keys",
+        manage=can_manage(signed_in, keys),
         **extra,
     )
 
@@ -74,6 +88,8 @@ class KeysController(Controller):
         pools: PoolRegistry,
         data: Annotated[dict[str, Any], Body(media_type=RequestEncodingType.URL_ENCODED)],
     ) -> Template:
+        if not can_manage(signed_in, await asyncio.to_thread(directory.keys, signed_in.tenant_id)):
+            return await _render(signed_in, directory, pools, status_code=403, error=RESTRICTED)
         options, error = key_options(data, pools)
         if error:
             return await _render(signed_in, directory, pools, status_code=400, error=error)
@@ -82,6 +98,8 @@ class KeysController(Controller):
 
     @post("/{key_id:str}/revoke")
     async def revoke(self, key_id: str, signed_in: Principal, directory: Directory, pools: PoolRegistry) -> Template:
+        if not can_manage(signed_in, await asyncio.to_thread(directory.keys, signed_in.tenant_id)):
+            return await _render(signed_in, directory, pools, status_code=403, error=RESTRICTED)
         if key_id == signed_in.key_id:
             error = "This is the key you signed in with; sign in with another key to revoke it."
             return await _render(signed_in, directory, pools, status_code=409, error=error)

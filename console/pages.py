@@ -14,6 +14,8 @@ def page(template: str, *, area: str, active: str = "", status_code: int = 200, 
         context={"area": area, "active": active, **context},
         media_type=MediaType.HTML,
         status_code=status_code,
+        # Console pages hold a tenant's data and, once, a new key: never cached, nor restored from history.
+        headers={"cache-control": "no-store"},
     )
 
 

@@ -80,9 +80,8 @@ class RequestsController(Controller):
         page_number: int = 1,
     ) -> Template:
         filters = _filters(model, mix, status, grounding_below)
-        number = max(1, page_number)
-        rows, total = await asyncio.to_thread(
-            requests_page, db, signed_in.tenant_id, page=number, per_page=PER_PAGE, **filters
+        rows, total, number = await asyncio.to_thread(
+            requests_page, db, signed_in.tenant_id, page=page_number, per_page=PER_PAGE, **filters
         )
         pages = max(1, math.ceil(total / PER_PAGE))
         query = {k: ("" if v is None else v) for k, v in filters.items()}

@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import csv
 import io
+import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
+from urllib.parse import quote
 
 from litestar import Controller, Response, get
 from litestar.response import Template
@@ -149,11 +151,13 @@ def usage_csv(db: Engine, tenant_id: str, first: date, last: date) -> str:
 
 
 def csv_response(body: str, tenant: str, first: date, last: date) -> Response[str]:
-    filename = f"tessera-usage-{tenant}-{first.isoformat()}-{last.isoformat()}.csv"
+    name = f"tessera-usage-{tenant}-{first.isoformat()}-{last.isoformat()}.csv"
+    ascii_name = re.sub(r"[^A-Za-z0-9._-]+", "-", name)
+    disposition = f"attachment; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(name, safe='')}"
     return Response(
         body,
         media_type="text/csv; charset=utf-8",
-        headers={"content-disposition": f'attachment; filename="{filename}"'},
+        headers={"content-disposition": disposition, "cache-control": "no-store"},
     )
 
 

@@ -33,7 +33,18 @@ def make_engine(url: str) -> Engine:
             cur.close()
 
         return engine
-    return create_engine(url, pool_pre_ping=True)
+    engine = create_engine(url, pool_pre_ping=True)
+
+    @event.listens_for(engine, "connect")
+    def _utc(conn, _record):  # type: ignore[no-untyped-def]
+        # Sessions in UTC: day buckets and month starts are UTC days whatever the server's or client's zone
+        # (PGTZ, the server's TimeZone).
+        cur = conn.cursor()
+        cur.execute("SET TIME ZONE 'UTC'")
+        cur.close()
+        conn.commit()
+
+    return engine
 
 
 def alembic_config(url: str):  # type: ignore[no-untyped-def]

@@ -50,6 +50,15 @@
     }
   });
 
+  // Each message is a new element, so the toast's fade-out starts again for every one.
+  function showToast(message) {
+    const p = document.createElement("p");
+    p.className = "toast-message";
+    p.setAttribute("role", "alert");
+    p.textContent = message;
+    toast.replaceChildren(p);
+  }
+
   function row(label, value) {
     const dt = document.createElement("dt");
     dt.textContent = label;
@@ -69,7 +78,9 @@
     if ((fields.get("system") || "").trim()) messages.push({ role: "system", content: fields.get("system").trim() });
     messages.push({ role: "user", content });
     const body = { model: fields.get("model"), messages, max_tokens: Number(fields.get("max_tokens")), temperature: Number(fields.get("temperature")), stream: true };
-    return "curl " + base + "/chat/completions \\\n  -H 'Authorization: Bearer $TESSERA_API_KEY' -H 'Content-Type: application/json' \\\n  -d '" + JSON.stringify(body) + "'\n\n" +
+    // The key goes in double quotes so the shell expands it; the body in single quotes, with any ' escaped.
+    const shellBody = JSON.stringify(body).replace(/'/g, "'\\''");
+    return "curl " + base + "/chat/completions \\\n  -H \"Authorization: Bearer $TESSERA_API_KEY\" -H 'Content-Type: application/json' \\\n  -d '" + shellBody + "'\n\n" +
       "import json, os\nfrom openai import OpenAI\n\nclient = OpenAI(base_url=\"" + base + "\", api_key=os.environ[\"TESSERA_API_KEY\"])\n" +
       "request = json.loads(" + JSON.stringify(JSON.stringify(body)) + ")\n" +
       "for chunk in client.chat.completions.create(**request):\n    if chunk.choices:\n        print(chunk.choices[0].delta.content or \"\", end=\"\")\n";
@@ -88,10 +99,17 @@
     const response = await fetch("/console/playground/run", {
       method: "POST", body: fields, headers: { "x-csrftoken": fields.get("_csrf_token") },
     });
+    const type = response.headers.get("content-type") || "";
+    if (response.redirected || (response.ok && !type.startsWith("text/event-stream"))) {
+      // The session ended: the server sent the sign-in page instead of a stream.
+      showToast("Your session has ended; sign in again.");
+      answer.setAttribute("aria-busy", "false");
+      setTimeout(() => { window.location.assign("/console/signin"); }, 2000);
+      return;
+    }
     if (!response.ok) {
-      const err = await response.json().catch(() => ({ error: { message: response.statusText } }));
-      toast.textContent = err.error.message;
-      setTimeout(() => { toast.textContent = ""; }, 6000);
+      const err = await response.json().catch(() => ({ error: { message: response.status + " " + response.statusText } }));
+      showToast(err.error.message);
       answer.setAttribute("aria-busy", "false");
       return;
     }
@@ -107,8 +125,9 @@
         const line = buffer.slice(0, cut).replace(/^data: /, "");
         buffer = buffer.slice(cut + 2);
         if (line === "[DONE]") continue;
-        const chunk = JSON.parse(line);
-        if (chunk.error) { toast.textContent = chunk.error.message; continue; }
+        let chunk;
+        try { chunk = JSON.parse(line); } catch (_) { continue; }
+        if (chunk.error) { showToast(chunk.error.message); continue; }
         id = chunk.id;
         if (chunk.usage) usage = chunk.usage;
         const delta = chunk.choices && chunk.choices[0] && chunk.choices[0].delta.content;
@@ -121,6 +140,7 @@
     }
     const total = performance.now() - started;
     answer.setAttribute("aria-busy", "false");
+    if (!usage) return; // the stream ended with an error, shown above; there is no breakdown to show
     const d = usage.prompt_tokens_details;
     row("model", response.headers.get("x-tessera-model") + " (" + response.headers.get("x-tessera-route") + ")");
     row("text tokens", d.text_tokens);

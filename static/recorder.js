@@ -7,7 +7,8 @@
 //       Hidden and disabled when the browser can't record (no getUserMedia / AudioContext, or not a
 //       secure context: the console must be served over HTTPS or from localhost).
 //   <span id="record-status" aria-live="polite"></span>
-//       "Recording… 3 s", "Recorded 4.2 s", or an error (permission denied, no microphone, unsupported).
+//   <span id="record-timer"></span>   (optional) the elapsed seconds, kept out of the live region
+//       "Recording…", "Recorded 4.2 s", or an error (permission denied, no microphone, unsupported).
 //   <input id="audio" name="audio" type="file">
 //       When recording stops, its files are replaced by one File "recording.wav" (audio/wav) via a
 //       DataTransfer, and "input" and "change" events are dispatched on it. FormData(form) then carries
@@ -87,6 +88,7 @@
 
   const button = document.getElementById("record");
   const status = document.getElementById("record-status");
+  const timer = document.getElementById("record-timer"); // elapsed seconds: shown, not announced every tick
   const input = document.getElementById("audio");
   const preview = document.getElementById("audio-preview");
   if (!button || !input) return;
@@ -231,12 +233,13 @@
       const started = performance.now();
       session = { stream, context, chunks, capture, started, ticker: null, limit: null };
       session.ticker = setInterval(() => {
-        say("Recording\u2026 " + Math.floor((performance.now() - started) / 1000) + " s");
+        if (timer) timer.textContent = Math.floor((performance.now() - started) / 1000) + " s";
       }, 250);
       session.limit = setTimeout(() => { stop(); }, MAX_SECONDS * 1000);
       for (const track of stream.getAudioTracks()) track.addEventListener("ended", () => { if (session && session.stream === stream) stop(); });
       setRecording(true);
-      say("Recording\u2026 0 s");
+      if (timer) timer.textContent = "0 s";
+      say("Recording\u2026");
     } catch (error) {
       if (stream) for (const track of stream.getTracks()) track.stop();
       if (context) context.close().catch(() => {});
@@ -254,6 +257,7 @@
     busy = true;
     button.disabled = true;
     clearInterval(current.ticker);
+    if (timer) timer.textContent = "";
     clearTimeout(current.limit);
     try {
       await current.capture.stop();

@@ -30,8 +30,9 @@ def requests_page(
     grounding_below: float | None = None,
     page: int = 1,
     per_page: int = 25,
-) -> tuple[list[dict[str, Any]], int]:
-    """One page of a tenant's requests, newest first, and how many match in all."""
+) -> tuple[list[dict[str, Any]], int, int]:
+    """One page of a tenant's requests, newest first; how many match in all; and the page given, which is
+    `page` brought within 1 and the last page."""
     where: list[Any] = [col(InferenceRequest.tenant_id) == tenant_id]
     if model:
         where.append(col(InferenceRequest.model_variant) == model)
@@ -42,7 +43,8 @@ def requests_page(
     if grounding_below is not None:
         where.append(col(InferenceRequest.grounding_score) < grounding_below)
     with Session(db) as s:
-        total = s.exec(select(func.count()).select_from(InferenceRequest).where(*where)).one()
+        total = int(s.exec(select(func.count()).select_from(InferenceRequest).where(*where)).one())
+        page = min(max(1, page), max(1, -(-total // per_page)))
         rows = s.exec(
             select(InferenceRequest)
             .where(*where)
@@ -50,7 +52,7 @@ def requests_page(
             .offset((page - 1) * per_page)
             .limit(per_page)
         ).all()
-        return [_receipt(r) for r in rows], int(total)
+        return [_receipt(r) for r in rows], total, page
 
 
 def receipt(db: Engine, tenant_id: str | None, request_id: str) -> dict[str, Any] | None:

@@ -5,7 +5,10 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import shutil
+import subprocess
+import sys
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -234,6 +237,7 @@ def test_pages_and_assets_are_compressed_but_streams_are_not(server, client):
     with httpx.stream("POST", server.v1 + "/chat/completions", headers=auth, json=body) as stream:
         assert stream.status_code == 200
         assert "content-encoding" not in stream.headers
+        assert stream.headers["content-type"].startswith("text/event-stream")
         stream.read()
 
 
@@ -314,7 +318,7 @@ def test_admin_console_lowers_a_tenants_tpm_and_the_api_refuses(server, browser,
     page.get_by_label("Tokens per minute").fill("1")
     page.get_by_role("button", name="Save quota").click()
     page.get_by_text("Quota saved.").wait_for()
-    assert page.locator("[data-gauge='tpm']").inner_text().endswith("%)")
+    assert " of 1 (" in page.locator("[data-gauge='tpm']").inner_text()
     with pytest.raises(openai.RateLimitError):
         tenant.chat.completions.create(**body)
     _shoot(page, "admin-tenant")
@@ -339,8 +343,10 @@ def test_admin_console_lowers_a_tenants_tpm_and_the_api_refuses(server, browser,
 
 
 def test_a_tenant_never_sees_another_tenants_data(server, browser):
-    _, key_a = _new_tenant(server, "alpha")
+    tenant_a, key_a = _new_tenant(server, "alpha")
     _, key_b = _new_tenant(server, "beta")
+    admin = {"authorization": f"Bearer {ADMIN_KEY}"}
+    key_a_id = httpx.get(f"{server.base_url}/admin/tenants/{tenant_a}/keys", headers=admin).json()["data"][0]["id"]
     api_a = OpenAI(base_url=server.v1, api_key=key_a, max_retries=0, timeout=60)
     done = api_a.chat.completions.create(
         model="small", messages=[{"role": "user", "content": "alpha's secret question"}], max_tokens=3
@@ -371,9 +377,67 @@ def test_a_tenant_never_sees_another_tenants_data(server, browser):
     ]
     summary = page.request.get(f"{server.base_url}/console/requests/{done.id}/summary").text()
     assert "$" not in summary
-    # A tenant session is not an admin session.
-    page.goto(server.base_url + "/console/admin/tenants")
-    assert page.url.endswith("/console/admin/signin")
+    # B cannot revoke A's key by its id, and A's key keeps working.
+    token = next(c["value"] for c in page.context.cookies() if c["name"] == "csrftoken")
+    revoke = page.request.post(
+        f"{server.base_url}/console/keys/{key_a_id}/revoke", headers={"x-csrftoken": token}, max_redirects=0
+    )
+    assert revoke.status == 404
+    assert httpx.get(server.v1 + "/models", headers=auth_a).status_code == 200
+    # A tenant session is not an admin session, for pages and for their partials alike.
+    for path in ("/console/admin/tenants", "/console/admin/live", f"/console/admin/tenants/{tenant_a}/gauges"):
+        answer = page.request.get(server.base_url + path, max_redirects=0)
+        assert answer.status == 303, path
+        assert answer.headers["location"].endswith("/console/admin/signin"), path
+    csv_a = page.request.get(f"{server.base_url}/console/admin/tenants/{tenant_a}/export.csv", max_redirects=0)
+    assert csv_a.status == 303
+    page.close()
+
+
+def test_a_restricted_key_reads_keys_but_cannot_mint_a_broader_one(server, browser):
+    tenant, _ = _new_tenant(server, "scoped")
+    admin = {"authorization": f"Bearer {ADMIN_KEY}"}
+    scoped = httpx.post(
+        f"{server.base_url}/admin/tenants/{tenant}/keys", headers=admin, json={"allowed_models": ["small"]}
+    ).json()["key"]
+    page = browser.new_page()
+    _sign_in(page, server, scoped)
+    page.goto(server.base_url + "/console/keys")
+    assert page.locator("#keys-restricted").count() == 1
+    assert page.get_by_role("button", name="Create key").count() == 0
+    token = next(c["value"] for c in page.context.cookies() if c["name"] == "csrftoken")
+    minted = page.request.post(
+        server.base_url + "/console/keys", form={"name": "broader", "_csrf_token": token}, max_redirects=0
+    )
+    assert minted.status == 403
+    assert "sk-tsr-" not in minted.text().split("<table")[0]
+    keys = httpx.get(f"{server.base_url}/admin/tenants/{tenant}/keys", headers=admin).json()["data"]
+    assert [k["name"] for k in keys if k["name"] == "broader"] == []
+    page.close()
+
+
+def test_copy_as_code_runs_as_given(server, browser, tenant_key, tmp_path: Path):
+    page = browser.new_page()
+    _sign_in(page, server, tenant_key)
+    page.get_by_label("Model").select_option("small")
+    page.get_by_label("Prompt", exact=True).fill('What\'s the time? Say "now".')  # quotes of both kinds
+    page.get_by_label("Max tokens").fill("3")
+    page.get_by_role("button", name="Run").click()
+    page.wait_for_selector("#breakdown dd[data-field='request id']", timeout=60_000)
+    code = page.locator("#code").inner_text()
+    curl, python = code.split("\n\n", 1)
+    env = {**os.environ, "TESSERA_API_KEY": tenant_key}
+    ran = subprocess.run(
+        ["bash", "-c", curl + " --silent --show-error --fail"], check=False, env=env, capture_output=True, text=True
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert "data: [DONE]" in ran.stdout
+    script = tmp_path / "snippet.py"
+    script.write_text(python)
+    ran = subprocess.run(
+        [sys.executable, str(script)], check=False, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert ran.returncode == 0, ran.stderr
     page.close()
 
 
@@ -389,6 +453,10 @@ def test_errors_toast_under_htmx_page_without_and_reading_without_js(server, bro
     page.wait_for_selector("#toast [role=alert]")
     assert "start date is after the end date" in page.locator("#toast").inner_text()
     assert page.locator("#usage-requests").count() == 1  # the page stayed; only the toast changed
+    page.locator("#toast .toast-message").wait_for(state="hidden", timeout=12_000)  # it fades by itself
+    page.get_by_label("From", exact=True).fill("2020-01-01")  # over a year: a second, different error
+    page.get_by_role("button", name="Show").click()
+    page.get_by_text("covers at most 366 days").wait_for(state="visible", timeout=5_000)
     response = page.goto(server.base_url + "/console/usage?start=2026-02-01&end=2026-01-01")
     assert response is not None
     assert response.status == 400

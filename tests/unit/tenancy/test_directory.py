@@ -15,7 +15,9 @@ from tests.dbs import migrated
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def db(request, tmp_path):
+def db(request, tmp_path, monkeypatch):
+    # A client zone far from UTC: day buckets and month starts must still be UTC days.
+    monkeypatch.setenv("PGTZ", "America/New_York")
     yield from migrated(request.param, tmp_path)
 
 
@@ -137,11 +139,14 @@ def test_request_log_filters_pages_newest_first_and_never_crosses_tenants(db):
         s.add(_row("r-fail", "a", model="large", status="failed", at=now - timedelta(hours=3)))
         s.add(_row("b-secret", "b", at=now))
         s.commit()
-    first, total = requests_page(db, "a", page=1, per_page=4)
-    assert total == 10
+    first, total, number = requests_page(db, "a", page=1, per_page=4)
+    assert (total, number) == (10, 1)
     assert [r["request_id"] for r in first] == ["r0", "r1", "r2", "r3"]
-    last, _ = requests_page(db, "a", page=3, per_page=4)
+    last, _, number = requests_page(db, "a", page=3, per_page=4)
     assert [r["request_id"] for r in last] == ["r-aud-ok", "r-fail"]
+    assert requests_page(db, "a", page=10**20, per_page=4)[1:] == (10, 3)  # past the end: the last page
+    assert requests_page(db, "a", page=-5, per_page=4)[2] == 1
+    assert requests_page(db, "nobody", page=4)[1:] == (0, 1)
     assert requests_page(db, "a", mix="text+image")[1] == 3
     assert {r["modalities"] for r in requests_page(db, "a", mix="text+image")[0]} == {"text+image"}
     assert [r["request_id"] for r in requests_page(db, "a", grounding_below=0.5)[0]] == ["r-aud"]
@@ -155,18 +160,20 @@ def test_request_log_filters_pages_newest_first_and_never_crosses_tenants(db):
     assert month["b"] == {"requests": 1, "tokens": 15, "cost_micros": 100}
 
 
-def test_daily_usage_per_model(db):
+def test_daily_usage_per_model_in_utc_days(db):
     day = datetime(2026, 3, 4, 12, tzinfo=UTC)
     with Session(db) as s:
         s.add(_row("x1", "a", at=day, image=54, mask=3))
         s.add(_row("x2", "a", at=day + timedelta(hours=1), model="large"))
         s.add(_row("x3", "a", at=day + timedelta(days=1)))
+        s.add(_row("x4", "a", at=datetime(2026, 3, 5, 0, 30, tzinfo=UTC)))  # a UTC day, whatever the zone
+        s.add(_row("x5", "a", at=datetime(2026, 3, 4, 23, 30, tzinfo=UTC), model="large"))
         s.commit()
     rows = aggregate(db, "a", day - timedelta(days=1), day + timedelta(days=3), "day_model")
     assert [(r["day"], r["model"], r["requests"], r["image_tokens"]) for r in rows] == [
-        ("2026-03-04", "large", 1, 0),
+        ("2026-03-04", "large", 2, 0),
         ("2026-03-04", "small", 1, 54),
-        ("2026-03-05", "small", 1, 0),
+        ("2026-03-05", "small", 2, 0),
     ]
 
 
