@@ -7,6 +7,7 @@ import io
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -167,10 +168,9 @@ def test_sign_in_and_playground_with_an_image(server, browser, tenant_key, tmp_p
     page.close()
 
 
-def test_playground_weight_and_time_to_interactive(server, browser, tenant_key):
-    """Measured on a cold cache in a fresh context; written to artifacts for the record, not asserted on."""
+def _cold_playground(browser, server, tenant_key) -> dict:
+    """Load the playground in a fresh context, signed in without rendering a page so the cache is cold."""
     context = browser.new_context()
-    # Sign in without rendering a page, so the browser cache is still cold when the playground loads.
     context.request.get(server.base_url + "/console/signin")
     token = next(c["value"] for c in context.cookies() if c["name"] == "csrftoken")
     signed = context.request.post(
@@ -179,6 +179,7 @@ def test_playground_weight_and_time_to_interactive(server, browser, tenant_key):
     assert signed.status == 303
     page = context.new_page()
     page.goto(server.base_url + "/console/playground", wait_until="load")
+    page.wait_for_function("performance.getEntriesByName('tessera:interactive').length > 0")
     figures = page.evaluate(
         """() => {
         const nav = performance.getEntriesByType('navigation')[0];
@@ -189,20 +190,33 @@ def test_playground_weight_and_time_to_interactive(server, browser, tenant_key):
             name: new URL(r.name).pathname, transfer: r.transferSize, decoded: r.decodedBodySize,
           })),
           dom_interactive_ms: nav.domInteractive, dom_content_loaded_ms: nav.domContentLoadedEventEnd,
-          load_ms: nav.loadEventEnd, htmx_ready: !!window.htmx,
+          load_ms: nav.loadEventEnd,
+          interactive_ms: performance.getEntriesByName('tessera:interactive')[0].startTime,
+          htmx_ready: !!window.htmx,
         };
     }"""
     )
+    context.close()
+    return figures
+
+
+def test_playground_weight_and_time_to_interactive(server, browser, tenant_key):
+    """Five cold loads; the weight and the median timings are written to artifacts for the record, not asserted
+    on. Interactive means playground.js has attached every handler (its `tessera:interactive` mark)."""
+    runs = [_cold_playground(browser, server, tenant_key) for _ in range(5)]
+    figures = runs[-1]
     total = figures["html_bytes"] + sum(r["transfer"] for r in figures["resources"])
     decoded = figures["html_decoded"] + sum(r["decoded"] for r in figures["resources"])
     figures.update(page_weight_kb=round(total / 1024, 1), page_weight_decoded_kb=round(decoded / 1024, 1))
+    for key in ("interactive_ms", "dom_content_loaded_ms", "load_ms"):
+        figures[f"median_{key}"] = round(statistics.median(r[key] for r in runs), 1)
+        figures[f"all_{key}"] = [round(r[key], 1) for r in runs]
     ARTIFACTS.parent.mkdir(parents=True, exist_ok=True)
     (ARTIFACTS.parent / "playground-metrics.json").write_text(json.dumps(figures, indent=2))
     assert figures["htmx_ready"]
     assert {r["name"] for r in figures["resources"]} >= {"/static/htmx-2.0.4.min.js", "/static/playground.js"}
     assert total > 0
-    assert figures["load_ms"] > 0
-    context.close()
+    assert 0 < figures["interactive_ms"] <= figures["load_ms"]
 
 
 def test_post_without_csrf_token_is_refused(server, tenant_key):
