@@ -68,7 +68,23 @@ def tenant_key(server):
     return _new_tenant(server)[1]
 
 
+def _accessible(page, name: str) -> None:
+    """axe-core's WCAG 2.1 A/AA rules on the page as it stands: no serious or critical violation."""
+    from axe_playwright_python.sync_playwright import Axe
+
+    options = {"runOnly": {"type": "tag", "values": ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]}}
+    found = Axe().run(page, options=options).response["violations"]
+    bad = [
+        f"{v['id']} ({v['impact']}): {v['help']} at {[n['target'] for n in v['nodes']][:3]}"
+        for v in found
+        if v["impact"] in ("serious", "critical")
+    ]
+    assert not bad, f"{name}: " + "; ".join(bad)
+
+
 def _shoot(page, name: str) -> None:
+    """Screenshots at both widths, after checking the page fits each width and passes the accessibility rules."""
+    _accessible(page, name)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     for label, width in WIDTHS.items():
         page.set_viewport_size({"width": width, "height": 900})
