@@ -90,7 +90,12 @@ def create_app(settings: Settings, on_ready: Callable[[AppState], None] | None =
     )
     secret = hashlib.sha256(b"tessera-console:" + console_secret(settings).encode()).digest()
     sessions = CookieBackendConfig(
-        secret=secret[:16], httponly=True, samesite="lax", secure=settings.console_secure_cookies, key="tessera_session"
+        secret=secret[:16],
+        httponly=True,
+        samesite="lax",
+        secure=settings.console_secure_cookies,
+        key="tessera_session",
+        max_age=int(settings.console_session_hours * 3600),
     )
     csrf = CSRFConfig(
         secret=secret.hex(),

@@ -73,6 +73,9 @@ class Settings(BaseSettings):
     redis_url: str | None = Field(
         default=None, description="Redis for rate limits shared by replicas. Unset: limits are kept in-process."
     )
+    console_session_hours: float = Field(
+        default=12.0, gt=0, description="How long a console sign-in lasts before signing in again."
+    )
     console_secure_cookies: bool = Field(
         default=False, description="Mark console cookies Secure; turn on when the console is served over https."
     )

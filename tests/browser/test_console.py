@@ -112,6 +112,8 @@ def test_sign_in_and_playground_with_an_image(server, browser, tenant_key, tmp_p
     cookies = {c["name"]: c for c in page.context.cookies()}
     assert cookies["tessera_session"]["httpOnly"]
     assert cookies["tessera_session"]["sameSite"] == "Lax"
+    lifetime = cookies["tessera_session"]["expires"] - time.time()
+    assert 11 * 3600 < lifetime <= 12 * 3600  # a console sign-in lasts 12 hours
     image = tmp_path / "photo.png"
     image.write_bytes(media.png_bytes(media.image(77)))
     page.get_by_label("Model").select_option("small")
