@@ -256,24 +256,12 @@ class AdminConsoleController(Controller):
         return await views.page(tenant_id, start=start, end=end)
 
     @post("/tenants/{tenant_id:str}/status")
-    async def set_status(
-        self,
-        tenant_id: str,
-        console_admin: Principal,
-        views: TenantViews,
-        data: Form,
-    ) -> Template:
+    async def set_status(self, tenant_id: str, console_admin: Principal, views: TenantViews, data: Form) -> Template:
         await _directory_call(views.directory.set_status, tenant_id, str(data.get("status", "")))
         return await views.page(tenant_id, notice="Status saved.")
 
     @post("/tenants/{tenant_id:str}/quota")
-    async def set_quota(
-        self,
-        tenant_id: str,
-        console_admin: Principal,
-        views: TenantViews,
-        data: Form,
-    ) -> Template:
+    async def set_quota(self, tenant_id: str, console_admin: Principal, views: TenantViews, data: Form) -> Template:
         await _directory_call(views.directory.set_quota, tenant_id, **quota_fields(data))
         return await views.page(tenant_id, notice="Quota saved.")
 
@@ -300,13 +288,7 @@ class AdminConsoleController(Controller):
         return csv_response(body, tenant.name, first, last)
 
     @post("/tenants/{tenant_id:str}/keys")
-    async def issue_key(
-        self,
-        tenant_id: str,
-        console_admin: Principal,
-        views: TenantViews,
-        data: Form,
-    ) -> Template:
+    async def issue_key(self, tenant_id: str, console_admin: Principal, views: TenantViews, data: Form) -> Template:
         options, error = key_options(data, views.pools)
         if error:
             raise InvalidRequest(error, param="models")
@@ -314,13 +296,7 @@ class AdminConsoleController(Controller):
         return await views.page(tenant_id, issued=issued.key, status_code=201)
 
     @post("/tenants/{tenant_id:str}/keys/{key_id:str}/revoke")
-    async def revoke_key(
-        self,
-        tenant_id: str,
-        key_id: str,
-        console_admin: Principal,
-        views: TenantViews,
-    ) -> Template:
+    async def revoke_key(self, tenant_id: str, key_id: str, console_admin: Principal, views: TenantViews) -> Template:
         await _directory_call(views.directory.revoke_key, key_id, tenant_id=tenant_id)
         return await views.page(tenant_id, notice="Key revoked.")
 
