@@ -81,6 +81,9 @@ def serve(settings: Settings) -> None:
         elif state.demo_key:
             origin = "issued now" if state.demo_key_new else "issued earlier"
             print(f"  api key:  {state.demo_key}  ({origin}; kept in {settings.data_dir / 'demo-key'})", flush=True)
+        console = f"http://{settings.host}:{settings.port}/console/"
+        admin = "" if settings.admin_key else "  (admin area: set TESSERA_ADMIN_KEY or issue a key with --admin)"
+        print(f"  console:  {console}  (sign in with the api key){admin}", flush=True)
 
     app = create_app(settings, on_ready=announce)
     uvicorn.run(
