@@ -133,8 +133,8 @@ class TenantViews:
     limiter: RateLimiter
     settings: Settings
 
-    async def gauges(self, tenant_id: str) -> list[dict[str, Any]]:
-        quota = await asyncio.to_thread(_quota, self.db, tenant_id)
+    async def gauges(self, tenant_id: str, quota: TenantQuota | None = None) -> list[dict[str, Any]]:
+        quota = quota or await asyncio.to_thread(self.directory.quota, tenant_id)
         return await gauges(self.limiter, self.db, tenant_id, quota, self.settings.rate_window_s)
 
     async def page(
@@ -148,7 +148,7 @@ class TenantViews:
     ) -> Template:
         tenant: Tenant = await _directory_call(self.directory.tenant, tenant_id)
         first, last = date_range(start, end)
-        quota = await asyncio.to_thread(_quota, self.db, tenant.id)
+        quota = await asyncio.to_thread(self.directory.quota, tenant.id)
         view = await asyncio.to_thread(usage_view, self.db, tenant.id, first, last)
         keys = await asyncio.to_thread(self.directory.keys, tenant.id)
         base = f"/console/admin/tenants/{tenant.id}"
@@ -161,7 +161,7 @@ class TenantViews:
             tenant=tenant.name,
             quota=quota,
             view=view,
-            gauges=await self.gauges(tenant.id),
+            gauges=await self.gauges(tenant.id, quota),
             base=base,
             keys=keys,
             models=[p.name for p in self.pools.pools],
@@ -336,13 +336,6 @@ def _signin(error: str | None = None, status_code: int = 200) -> Template:
         key_label="Admin key",
         signin_action="/console/admin/signin",
     )
-
-
-def _quota(db: Engine, tenant_id: str) -> TenantQuota | None:
-    from sqlmodel import Session
-
-    with Session(db, expire_on_commit=False) as s:
-        return s.get(TenantQuota, tenant_id)
 
 
 async def _tenants_page(directory: Directory, db: Engine, status_code: int = 200, **extra: Any) -> Template:

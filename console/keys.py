@@ -12,7 +12,6 @@ from litestar.params import Body
 from litestar.response import Template
 
 from console.pages import page
-from db.models import ApiKey
 from serving.pools import PoolRegistry
 from tenancy.directory import Directory, DirectoryError, Principal
 
@@ -46,10 +45,9 @@ RESTRICTED = (
 )
 
 
-def can_manage(signed_in: Principal, keys: list[ApiKey]) -> bool:
+def can_manage(signed_in: Principal) -> bool:
     """Only a key without model limits or expiry manages the tenant's keys."""
-    current = next((k for k in keys if k.id == signed_in.key_id), None)
-    return signed_in.allowed_models is None and current is not None and current.expires_at is None
+    return signed_in.allowed_models is None and signed_in.expires_at is None
 
 
 async def _render(
@@ -68,7 +66,7 @@ async def _render(
         now=datetime.now(UTC).replace(tzinfo=None),
         current=signed_in.key_id,
         action="/console/keys",
-        manage=can_manage(signed_in, keys),
+        manage=can_manage(signed_in),
         **extra,
     )
 
@@ -88,7 +86,7 @@ class KeysController(Controller):
         pools: PoolRegistry,
         data: Annotated[dict[str, Any], Body(media_type=RequestEncodingType.URL_ENCODED)],
     ) -> Template:
-        if not can_manage(signed_in, await asyncio.to_thread(directory.keys, signed_in.tenant_id)):
+        if not can_manage(signed_in):
             return await _render(signed_in, directory, pools, status_code=403, error=RESTRICTED)
         options, error = key_options(data, pools)
         if error:
@@ -98,7 +96,7 @@ class KeysController(Controller):
 
     @post("/{key_id:str}/revoke")
     async def revoke(self, key_id: str, signed_in: Principal, directory: Directory, pools: PoolRegistry) -> Template:
-        if not can_manage(signed_in, await asyncio.to_thread(directory.keys, signed_in.tenant_id)):
+        if not can_manage(signed_in):
             return await _render(signed_in, directory, pools, status_code=403, error=RESTRICTED)
         if key_id == signed_in.key_id:
             error = "This is the key you signed in with; sign in with another key to revoke it."

@@ -39,6 +39,7 @@ class Principal:
     is_admin: bool
     allowed_models: frozenset[str] | None
     quota: TenantQuota | None
+    expires_at: datetime | None = None
 
     def may_use(self, model: str) -> bool:
         return self.allowed_models is None or model in self.allowed_models
@@ -109,6 +110,10 @@ class Directory:
     def tenants(self) -> list[tuple[Tenant, TenantQuota | None]]:
         with Session(self._db, expire_on_commit=False) as s:
             return [(t, s.get(TenantQuota, t.id)) for t in s.exec(select(Tenant).order_by(Tenant.name))]
+
+    def quota(self, tenant_id: str) -> TenantQuota | None:
+        with Session(self._db, expire_on_commit=False) as s:
+            return s.get(TenantQuota, tenant_id)
 
     def set_status(self, tenant_id: str, status: str) -> Tenant:
         if status not in ("active", "suspended"):
@@ -257,7 +262,8 @@ class Directory:
             return None
         quota = s.get(TenantQuota, row.tenant_id) if row.tenant_id else None
         models = frozenset(m for m in (row.allowed_models or "").split(",") if m) or None
-        return Principal(row.id, row.tenant_id, tenant.name if tenant else None, row.is_admin, models, quota)
+        name = tenant.name if tenant else None
+        return Principal(row.id, row.tenant_id, name, row.is_admin, models, quota, expires)
 
     def forget(self) -> None:
         with self._lock:
