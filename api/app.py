@@ -12,7 +12,9 @@ from typing import Any
 from litestar import Litestar, Request, Router
 from litestar.config.compression import CompressionConfig
 from litestar.config.csrf import CSRFConfig
+from litestar.connection import ASGIConnection
 from litestar.di import Provide
+from litestar.handlers.base import BaseRouteHandler
 from litestar.middleware.session.client_side import CookieBackendConfig
 from litestar.plugins.htmx import HTMXPlugin
 from litestar.plugins.jinja import JinjaTemplateEngine
@@ -77,17 +79,15 @@ def create_app(settings: Settings, on_ready: Callable[[AppState], None] | None =
     async def principal(request: Request[Any, Any, Any]) -> Principal:
         return await slot.get().auth.principal(request)
 
-    async def admin(request: Request[Any, Any, Any]) -> Principal:
-        return await slot.get().auth.admin(request)
+    async def admin_only(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+        await slot.get().auth.admin(connection)
 
     api = Router(
         path="/",
         route_handlers=[create_chat_completion, list_models, retrieve_model, usage_receipt, usage_summary],
         dependencies={"principal": Provide(principal)},
     )
-    admin_api = Router(
-        path="/", route_handlers=[AdminController, PriceController], dependencies={"admin": Provide(admin)}
-    )
+    admin_api = Router(path="/", route_handlers=[AdminController, PriceController], guards=[admin_only])
     secret = hashlib.sha256(b"tessera-console:" + console_secret(settings).encode()).digest()
     sessions = CookieBackendConfig(
         secret=secret[:16],
@@ -130,7 +130,8 @@ def create_app(settings: Settings, on_ready: Callable[[AppState], None] | None =
         template_config=TemplateConfig(directory=ROOT / "templates", engine=JinjaTemplateEngine),
         lifespan=[lifespan],
         dependencies={
-            "chat": slot.provider(lambda s: s.chat),
+            "service": slot.provider(lambda s: s.service),
+            "quotas": slot.provider(lambda s: s.quotas),
             "pools": slot.provider(lambda s: s.pools),
             "server_metrics": slot.provider(lambda s: s.metrics),
             "directory": slot.provider(lambda s: s.directory),

@@ -9,14 +9,8 @@ from typing import Any
 
 from litestar.connection import ASGIConnection
 
-from api.errors import APIError, AuthenticationError
+from serving.errors import AuthenticationFailed, PermissionDenied
 from tenancy.directory import Directory, Principal
-
-
-class PermissionDenied(APIError):
-    status_code = 403
-    error_type = "permission_error"
-    code = "permission_denied"
 
 
 def bearer_token(connection: ASGIConnection[Any, Any, Any, Any]) -> str | None:
@@ -47,14 +41,14 @@ class Authenticator:
     async def principal(self, connection: ASGIConnection[Any, Any, Any, Any]) -> Principal:
         token = bearer_token(connection)
         if token is None:
-            raise AuthenticationError("missing API key: send `Authorization: Bearer <key>`")
+            raise AuthenticationFailed("missing API key: send `Authorization: Bearer <key>`")
         if self.is_static_admin(token):
             return STATIC_ADMIN
         hit, found = self._directory.cached(token)
         if not hit:
             found = await asyncio.to_thread(self._directory.resolve, token)
         if found is None:
-            raise AuthenticationError("incorrect, revoked or expired API key")
+            raise AuthenticationFailed("incorrect, revoked or expired API key")
         return found
 
     async def admin(self, connection: ASGIConnection[Any, Any, Any, Any]) -> Principal:
@@ -62,9 +56,3 @@ class Authenticator:
         if not found.is_admin:
             raise PermissionDenied("this endpoint needs an admin key")
         return found
-
-
-def key_salt(principal: Principal) -> str:
-    """Prefix-cache salt of the caller's tenant: tenants never share KV blocks."""
-    owner = principal.tenant_id or f"key:{principal.key_id}"
-    return hashlib.sha256(f"tessera-kv:{owner}".encode()).hexdigest()[:32]

@@ -108,17 +108,15 @@ def build_demo(args: argparse.Namespace) -> None:
 
 def _directory(settings: Settings) -> Any:
     from api.state import setup_tenancy
-    from db.session import make_engine, upgrade
+    from tenancy.store import open_database
 
-    upgrade(settings.resolved_database_url())
-    directory, _, _ = setup_tenancy(
-        settings.model_copy(update={"demo_tenant": None}), make_engine(settings.resolved_database_url())
-    )
+    db = open_database(settings.resolved_database_url())
+    directory, _, _ = setup_tenancy(settings.model_copy(update={"demo_tenant": None}), db)
     return directory
 
 
 def manage(args: argparse.Namespace) -> None:
-    from tenancy.directory import DirectoryError
+    from serving.errors import TesseraError
 
     directory = _directory(Settings())
     try:
@@ -135,7 +133,7 @@ def manage(args: argparse.Namespace) -> None:
             issued = directory.issue_key(tenant.id, name=args.name, admin=args.admin, allowed_models=models)
             print(f"issued key {issued.prefix}… ({issued.key_id}) for tenant {tenant.name}; it is shown only once:")
             print(issued.key)
-    except DirectoryError as exc:
+    except TesseraError as exc:
         raise SystemExit(f"error: {exc.message}") from exc
 
 
@@ -160,9 +158,9 @@ def main(argv: list[str] | None = None) -> None:
     kc.add_argument("--name", default="", help="A label for the key.")
     kc.add_argument("--models", default=None, help="Comma-separated models the key may use (default: all).")
     kc.add_argument("--admin", action="store_true", help="An admin key (for /admin and the console).")
-    bench = sub.add_parser("bench", help="Benchmarks.").add_subparsers(dest="bench_command", required=True)
-    pipe = bench.add_parser("pipeline", help="Encoder pools, embedding cache and admission vs the plain path.")
-    pipe.add_argument("--json", type=Path, required=True, help="Where to write the results.")
+    from bench.cli import add_bench_parser
+
+    add_bench_parser(sub)
     args = parser.parse_args(argv)
     command = args.command or "serve"
     if command == "serve":
@@ -178,7 +176,7 @@ def main(argv: list[str] | None = None) -> None:
         _configure_logging("WARNING")
         manage(args)
     elif command == "bench":
-        from api.bench import run_pipeline_bench
+        from bench.cli import run_bench
 
         _configure_logging("WARNING")
-        run_pipeline_bench(args.json, Settings())
+        run_bench(args)

@@ -1,129 +1,94 @@
-"""The one error hierarchy and its mapping onto OpenAI's nested error shape."""
+"""The one place where errors become OpenAI's nested error shape, with their HTTP status and headers.
+
+Domain errors (`serving.errors.TesseraError` and its kinds) carry no status; the table below gives each kind
+its status and OpenAI `type`. Litestar's own exceptions (validation, 404, 413) are mapped here too, so the
+API, the admin API and the console all answer with the same status for the same failure.
+"""
 
 from __future__ import annotations
 
 import logging
+import math
+from dataclasses import dataclass, field
 from typing import Any
 
 from litestar import Response
 from litestar.exceptions import HTTPException, NotFoundException, ValidationException
 
-from serving.errors import ServingError
+from serving.errors import ErrorKind, PayloadTooLarge, TesseraError
 
 logger = logging.getLogger(__name__)
 
+# kind -> (HTTP status, OpenAI error type)
+_STATUS: dict[ErrorKind, tuple[int, str]] = {
+    ErrorKind.INVALID_REQUEST: (400, "invalid_request_error"),
+    ErrorKind.AUTHENTICATION: (401, "authentication_error"),
+    ErrorKind.PERMISSION: (403, "permission_error"),
+    ErrorKind.NOT_FOUND: (404, "invalid_request_error"),
+    ErrorKind.CONFLICT: (409, "invalid_request_error"),
+    ErrorKind.TOO_LARGE: (413, "invalid_request_error"),
+    ErrorKind.RATE_LIMITED: (429, "rate_limit_error"),
+    ErrorKind.QUOTA_EXCEEDED: (429, "insufficient_quota"),
+    ErrorKind.UNAVAILABLE: (503, "server_error"),
+    ErrorKind.INTERNAL: (500, "server_error"),
+}
+_KIND_OF_STATUS = {401: ErrorKind.AUTHENTICATION, 403: ErrorKind.PERMISSION, 404: ErrorKind.NOT_FOUND}
 
-class APIError(Exception):
-    """An error with an HTTP status and OpenAI's `type`, `code` and `param`."""
 
-    status_code = 400
-    error_type = "invalid_request_error"
-    code = "invalid_request"
+@dataclass(frozen=True)
+class ApiError:
+    """What the client receives for one error."""
 
-    def __init__(
-        self, message: str, *, param: str | None = None, code: str | None = None, headers: dict[str, str] | None = None
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.param = param
-        if code is not None:
-            self.code = code
-        self.headers = headers or {}
+    status_code: int
+    error_type: str
+    message: str
+    code: str
+    param: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
 
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.error_type, "param": self.param, "code": self.code}}
 
 
-class InvalidRequest(APIError):
-    """400: the request is well-formed JSON but cannot be served as asked."""
+def _retry_headers(seconds: float) -> dict[str, str]:
+    return {"retry-after": str(max(1, math.ceil(seconds))), "retry-after-ms": str(max(1, int(seconds * 1000)))}
 
 
-class AuthenticationError(APIError):
-    status_code = 401
-    error_type = "authentication_error"
-    code = "invalid_api_key"
+def _from_domain(exc: TesseraError) -> ApiError:
+    status, error_type = _STATUS[exc.kind]
+    headers = dict(exc.limits)
+    if exc.retry_after_s is not None:
+        headers.update(_retry_headers(exc.retry_after_s))
+    return ApiError(status, error_type, exc.message, exc.code, exc.param, headers)
 
 
-class ModelNotFound(APIError):
-    status_code = 404
-    error_type = "invalid_request_error"
-    code = "model_not_found"
-
-
-class PayloadTooLarge(APIError):
-    status_code = 413
-    error_type = "invalid_request_error"
-    code = "payload_too_large"
-
-
-class RateLimited(APIError):
-    status_code = 429
-    error_type = "rate_limit_error"
-    code = "rate_limit_exceeded"
-
-
-class QuotaExceeded(APIError):
-    status_code = 429
-    error_type = "insufficient_quota"
-    code = "insufficient_quota"
-
-
-class ServiceUnavailable(APIError):
-    status_code = 503
-    error_type = "server_error"
-    code = "service_unavailable"
-
-    def __init__(self, message: str, *, retry_after_s: float = 5.0, code: str | None = None) -> None:
-        seconds = max(1, round(retry_after_s))
-        super().__init__(
-            message, code=code, headers={"retry-after": str(seconds), "retry-after-ms": str(int(retry_after_s * 1000))}
-        )
-
-
-class InternalError(APIError):
-    status_code = 500
-    error_type = "server_error"
-    code = "internal_error"
-
-
-def to_api_error(exc: BaseException) -> APIError:
+def to_api_error(exc: BaseException) -> ApiError:
     """Map any exception raised while serving to the error the client sees."""
-    if isinstance(exc, APIError):
-        return exc
-    if isinstance(exc, ServingError):
-        if exc.code == "model_not_found":
-            return ModelNotFound(exc.message, param=exc.param)
-        if exc.unavailable:
-            return ServiceUnavailable(exc.message, retry_after_s=exc.retry_after_s, code=exc.code)
-        return InvalidRequest(exc.message, param=exc.param, code=exc.code)
+    if isinstance(exc, TesseraError):
+        return _from_domain(exc)
     if isinstance(exc, ValidationException):
         return _from_validation(exc)
     if isinstance(exc, NotFoundException):
-        return _status_error(404, exc.detail, "not_found")
+        return ApiError(404, "invalid_request_error", str(exc.detail), "not_found")
     if isinstance(exc, HTTPException):
         if exc.status_code == 413:
-            return PayloadTooLarge("request body is larger than the server accepts")
+            return _from_domain(PayloadTooLarge("request body is larger than the server accepts"))
         if exc.status_code >= 500:
             logger.error("server error while handling a request: %s", exc.detail, exc_info=exc)
-        return _status_error(exc.status_code, exc.detail, "http_error")
+            return ApiError(exc.status_code, "server_error", str(exc.detail), "http_error")
+        kind = _KIND_OF_STATUS.get(exc.status_code, ErrorKind.INVALID_REQUEST)
+        return ApiError(exc.status_code, _STATUS[kind][1], str(exc.detail), "http_error")
     logger.exception("unhandled error while serving a request", exc_info=exc)
-    return InternalError("the server failed while handling the request")
+    return ApiError(500, "server_error", "the server failed while handling the request", "internal_error")
 
 
-def _status_error(status: int, detail: str, code: str) -> APIError:
-    err = APIError(detail, code=code)
-    err.status_code = status
-    return err
-
-
-def _from_validation(exc: ValidationException) -> APIError:
+def _from_validation(exc: ValidationException) -> ApiError:
     extra = exc.extra if isinstance(exc.extra, list) else []
     first = extra[0] if extra and isinstance(extra[0], dict) else {}
     param = first.get("key") or None
     message = first.get("message") or str(exc.detail)
-    return InvalidRequest(
-        f"invalid request: {message}" + (f" (at {param})" if param else ""), param=param, code="invalid_request"
-    )
+    where = f" (at {param})" if param else ""
+    return ApiError(400, "invalid_request_error", f"invalid request: {message}{where}", "invalid_request", param)
 
 
 def error_response(exc: BaseException) -> Response[dict[str, Any]]:

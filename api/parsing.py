@@ -1,4 +1,5 @@
-"""Parses request bodies into wire structs, naming the offending `param` on every error."""
+"""Parses request bodies into wire structs, naming the offending `param` on every error, and turns a chat
+request into the `GenerationRequest` that serving takes."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from api.errors import InvalidRequest
 from api.protocol import ChatCompletionRequest
+from serving.engine import GenerationParams
+from serving.errors import InvalidRequest
+from serving.service import GenerationRequest
 
 logger = logging.getLogger(__name__)
 
@@ -57,3 +60,24 @@ def parse_chat_request(body: bytes) -> ChatCompletionRequest:
     if unknown:
         logger.info("accepted unknown request fields: %s", ", ".join(sorted(unknown)))
     return req
+
+
+def generation_request(req: ChatCompletionRequest, default_max_tokens: int) -> GenerationRequest:
+    if req.n != 1:
+        raise InvalidRequest(
+            "only n=1 is supported; send parallel requests for more choices", param="n", code="unsupported_parameter"
+        )
+    params = GenerationParams(
+        max_tokens=req.completion_limit() or default_max_tokens,
+        temperature=req.temperature,
+        top_p=req.top_p,
+        top_k=req.top_k,
+        seed=req.seed,
+        stop=tuple(req.stop_list()),
+        presence_penalty=req.presence_penalty,
+        frequency_penalty=req.frequency_penalty,
+        repetition_penalty=req.repetition_penalty,
+        min_tokens=req.min_tokens,
+        ignore_eos=req.ignore_eos,
+    )
+    return GenerationRequest(req.model, req.messages, params, req.priority, req.allow_degraded)

@@ -94,9 +94,16 @@ class Usage(BaseModel):
     prompt_tokens_details: PromptTokensDetails = Field(default_factory=PromptTokensDetails)
 
 
+def _omitted_when_none() -> Any:
+    """A field that leaves the JSON when it is None: OpenAI omits these keys rather than sending null, and
+    Tessera's extensions appear only when asked for."""
+    return Field(default=None, exclude_if=lambda value: value is None)
+
+
 class ResponseMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str
+    refusal: str | None = None  # OpenAI always sends the key, null unless the model refused
 
 
 class Choice(BaseModel):
@@ -104,7 +111,7 @@ class Choice(BaseModel):
     message: ResponseMessage
     logprobs: None = None
     finish_reason: str | None
-    token_ids: list[int] | None = None
+    token_ids: list[int] | None = _omitted_when_none()
 
 
 class ChatCompletion(BaseModel):
@@ -114,13 +121,13 @@ class ChatCompletion(BaseModel):
     model: str
     choices: list[Choice]
     usage: Usage
-    system_fingerprint: str | None = None
-    prompt_token_ids: list[int] | None = None
-    degraded: dict[str, Any] | None = None
+    system_fingerprint: str | None = _omitted_when_none()
+    prompt_token_ids: list[int] | None = _omitted_when_none()
+    degraded: dict[str, Any] | None = _omitted_when_none()
 
 
 class Delta(BaseModel):
-    role: Literal["assistant"] | None = None
+    role: Literal["assistant"] | None = _omitted_when_none()  # OpenAI sends it on the first delta only
     content: str | None = None
 
 
@@ -129,7 +136,7 @@ class ChunkChoice(BaseModel):
     delta: Delta
     logprobs: None = None
     finish_reason: str | None = None
-    token_ids: list[int] | None = None
+    token_ids: list[int] | None = _omitted_when_none()
 
 
 class ChatCompletionChunk(BaseModel):
@@ -138,9 +145,9 @@ class ChatCompletionChunk(BaseModel):
     created: int
     model: str
     choices: list[ChunkChoice]
-    usage: Usage | None = None
-    prompt_token_ids: list[int] | None = None
-    degraded: dict[str, Any] | None = None
+    usage: Usage | None = None  # null on every chunk but the last when the client asked for usage, else omitted
+    prompt_token_ids: list[int] | None = _omitted_when_none()
+    degraded: dict[str, Any] | None = _omitted_when_none()
 
 
 class ModelCard(BaseModel):
@@ -156,7 +163,3 @@ class ModelCard(BaseModel):
 class ModelList(BaseModel):
     object: Literal["list"] = "list"
     data: list[ModelCard]
-
-
-def dump(model: BaseModel) -> dict[str, Any]:
-    return model.model_dump(mode="json", exclude_none=False)

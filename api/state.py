@@ -1,4 +1,8 @@
-"""The typed application state: everything the lifespan builds, handed to handlers by dependency injection."""
+"""The typed application state: everything the lifespan builds, handed to handlers by dependency injection.
+
+`build_state` acquires each part on one `AsyncExitStack`, so teardown runs in reverse order of construction and
+a failure half-way through start-up closes exactly what was already built.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ import os
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,29 +21,33 @@ import httpx
 from sqlalchemy import Engine
 
 from api.auth import Authenticator
-from api.chat_serving import ChatService
-from api.grounding import GroundingService
-from api.metrics import ServerMetrics
-from api.quotas import QuotaGate
 from api.settings import PoolSettings, Settings
-from api.usage_log import UsageLog
 from billing.prices import PriceBook
 from billing.stripe_meters import StripeMeters
 from billing.worker import OutboxWorker
-from db.session import make_engine, upgrade
+from grounding.service import GroundingService
 from serving.admission import AdmissionController
+from serving.background import BackgroundTasks
 from serving.cache import EmbeddingCache
 from serving.demo_models import DEMO_SPECS, build_demo_checkpoints
 from serving.encoders import AudioFeaturePool, VisionEncoderPool, vision_geometry
+from serving.encoding import MediaEncoder
 from serving.engine import EngineClient, EngineSpec, VllmEngine
+from serving.errors import NotFound
 from serving.ingest import MediaIngest
 from serving.media.audio import AudioLoader
 from serving.media.fetch import FetchPolicy, MediaFetcher
 from serving.media.images import ImageLoader
+from serving.metrics import ServerMetrics
 from serving.pipeline import Pipeline
 from serving.pools import ModelPool, PoolRegistry
-from tenancy.directory import Directory, DirectoryError
+from serving.record import CompletionBus
+from serving.service import InferenceService
+from tenancy.directory import Directory
 from tenancy.limits import InProcessLimiter, RateLimiter, RedisLimiter
+from tenancy.quotas import QuotaGate
+from tenancy.store import open_database
+from tenancy.usage_log import UsageRecorder
 
 logger = logging.getLogger(__name__)
 
@@ -50,12 +58,10 @@ AUDIO_SAMPLE_RATE = 16_000  # the Whisper-style feature extractors of the suppor
 class AppState:
     settings: Settings
     pools: PoolRegistry
-    chat: ChatService
+    service: InferenceService
+    quotas: QuotaGate
     metrics: ServerMetrics
-    ingest: MediaIngest
-    http: httpx.AsyncClient
     db: Engine
-    usage_log: UsageLog
     directory: Directory
     auth: Authenticator
     demo_key: str | None
@@ -89,7 +95,7 @@ def setup_tenancy(settings: Settings, db: Engine) -> tuple[Directory, str | None
         return directory, None, False
     try:
         tenant = directory.tenant(settings.demo_tenant)
-    except DirectoryError:
+    except NotFound:
         tenant = directory.create_tenant(settings.demo_tenant)
     if settings.api_key:
         directory.register_key(settings.api_key, tenant.id, name="TESSERA_API_KEY")
@@ -131,113 +137,110 @@ def _model_paths(settings: Settings) -> dict[str, str]:
     return paths
 
 
-async def start_engines(settings: Settings) -> list[tuple[PoolSettings, EngineClient]]:
-    paths = await asyncio.to_thread(_model_paths, settings)
-    started: list[tuple[PoolSettings, EngineClient]] = []
-    try:
-        for pool in settings.pools:
-            logger.info("starting engine for pool '%s' from %s", pool.name, paths[pool.name])
-            spec = engine_spec(pool, paths[pool.name], settings.max_images_per_request)
-            engine: EngineClient = await asyncio.to_thread(VllmEngine.start, pool.name, spec)
-            started.append((pool, engine))
-    except BaseException:
-        for _, engine in started:
-            engine.shutdown()
-        raise
-    return started
-
-
 @asynccontextmanager
 async def build_state(settings: Settings) -> AsyncIterator[AppState]:
-    db = make_engine(settings.resolved_database_url())
-    await asyncio.to_thread(upgrade, settings.resolved_database_url())
-    directory, demo_key, demo_key_new = await asyncio.to_thread(setup_tenancy, settings, db)
-    limiter: RateLimiter = (
-        RedisLimiter(settings.redis_url, window_s=settings.rate_window_s)
-        if settings.redis_url
-        else InProcessLimiter(window_s=settings.rate_window_s)
-    )
-    engines = await start_engines(settings)
+    async with AsyncExitStack() as stack:
+        db = await asyncio.to_thread(open_database, settings.resolved_database_url())
+        stack.callback(db.dispose)
+        directory, demo_key, demo_key_new = await asyncio.to_thread(setup_tenancy, settings, db)
+        limiter = _limiter(settings)
+        if isinstance(limiter, RedisLimiter):
+            stack.push_async_callback(limiter.close)
+        pools = await _start_pools(settings, stack)
+        ingest = _media_ingest(settings, await stack.enter_async_context(_fetch_client(settings)))
+        stack.callback(ingest.close)
+        cache = await _embedding_cache(settings, db)
+        metrics = ServerMetrics()
+        metrics.attach_pools(pools, cache)
+        prices = PriceBook(db)
+        tasks = BackgroundTasks()
+        stack.push_async_callback(tasks.drain)  # usage writes finish before the database closes
+        bus = CompletionBus(tasks, [metrics.record_completion, UsageRecorder(db, prices)])
+        if settings.grounding and (grounding := GroundingService.create(db, tasks, registry=metrics.registry)):
+            bus.subscribe(grounding)
+            stack.callback(grounding.close)
+        if settings.stripe_api_key:
+            worker = OutboxWorker(db, StripeMeters(settings.stripe_api_key, settings.stripe_api_base))
+            stack.callback(asyncio.get_running_loop().create_task(worker.run_forever()).cancel)
+        pipeline = Pipeline(
+            pools,
+            ingest,
+            max_images=settings.max_images_per_request,
+            pinned_media=set(settings.pinned_media),
+            shared_cache_salt=settings.shared_cache_salt,
+        )
+        yield AppState(
+            settings=settings,
+            pools=pools,
+            service=InferenceService(pipeline, MediaEncoder(ingest, cache), metrics, bus, tasks),
+            quotas=QuotaGate(limiter, db),
+            metrics=metrics,
+            db=db,
+            directory=directory,
+            auth=Authenticator(directory, settings.admin_key),
+            demo_key=demo_key,
+            demo_key_new=demo_key_new,
+            prices=prices,
+            limiter=limiter,
+            cache=cache,
+        )
+
+
+def _limiter(settings: Settings) -> RateLimiter:
+    if settings.redis_url:
+        return RedisLimiter(settings.redis_url, window_s=settings.rate_window_s)
+    return InProcessLimiter(window_s=settings.rate_window_s)
+
+
+async def _start_pools(settings: Settings, stack: AsyncExitStack) -> PoolRegistry:
+    """Start every pool's engine and encoders; each is registered for shutdown as soon as it runs."""
+    paths = await asyncio.to_thread(_model_paths, settings)
     created = int(time.time())
-    pools = PoolRegistry([await _build_pool(settings, i, p, e, created) for i, (p, e) in enumerate(engines)])
-    http = httpx.AsyncClient(timeout=settings.fetch_timeout_s, headers={"user-agent": "tessera-media-fetch"})
+    pools = []
+    for index, pool in enumerate(settings.pools):
+        logger.info("starting engine for pool '%s' from %s", pool.name, paths[pool.name])
+        spec = engine_spec(pool, paths[pool.name], settings.max_images_per_request)
+        engine: EngineClient = await asyncio.to_thread(VllmEngine.start, pool.name, spec)
+        stack.callback(engine.shutdown)
+        built = await _build_pool(settings, index, pool, engine, created)
+        if built.vision is not None:
+            stack.push_async_callback(built.vision.close)
+        if built.audio is not None:
+            stack.push_async_callback(built.audio.close)
+        pools.append(built)
+    return PoolRegistry(pools)
+
+
+def _fetch_client(settings: Settings) -> httpx.AsyncClient:
+    return httpx.AsyncClient(timeout=settings.fetch_timeout_s, headers={"user-agent": "tessera-media-fetch"})
+
+
+def _media_ingest(settings: Settings, http: httpx.AsyncClient) -> MediaIngest:
     policy = FetchPolicy.build(
         timeout_s=settings.fetch_timeout_s,
         max_bytes=settings.fetch_max_bytes,
         max_redirects=settings.fetch_max_redirects,
         allow=settings.fetch_allow_hosts,
     )
-    fetcher = MediaFetcher(http, policy)
-    ingest = MediaIngest(
-        ImageLoader(max_pixels=settings.max_image_pixels, fetcher=fetcher),
+    return MediaIngest(
+        ImageLoader(max_pixels=settings.max_image_pixels, fetcher=MediaFetcher(http, policy)),
         AudioLoader(target_rate=AUDIO_SAMPLE_RATE, max_seconds=settings.max_audio_seconds),
         workers=settings.media_workers,
     )
-    cache = None
-    if settings.embedding_cache:
-        cache = EmbeddingCache(
-            settings.embedding_cache_dir or settings.data_dir / "embeddings",
-            db,
-            memory_bytes=settings.embedding_cache_memory_mib << 20,
-            ttl_s=settings.embedding_cache_ttl_s,
-            disk_bytes=int(settings.embedding_cache_disk_gib * (1 << 30)),
-        )
-        await cache.sweep()
-    pipeline = Pipeline(
-        pools,
-        ingest,
-        cache,
-        max_images=settings.max_images_per_request,
-        pinned_media=set(settings.pinned_media),
-        shared_cache_salt=settings.shared_cache_salt,
-    )
-    metrics = ServerMetrics()
-    metrics.attach_pools(pools, cache)
-    prices = PriceBook(db)
-    usage_log = UsageLog(db, prices)
-    worker_task = None
-    if settings.stripe_api_key:
-        worker = OutboxWorker(db, StripeMeters(settings.stripe_api_key, settings.stripe_api_base))
-        worker_task = asyncio.get_running_loop().create_task(worker.run_forever())
-    grounding = GroundingService.create(db, registry=metrics.registry) if settings.grounding else None
-    chat = ChatService(settings, pipeline, metrics, usage_log, QuotaGate(limiter, db), grounding)
-    state = AppState(
-        settings,
-        pools,
-        chat,
-        metrics,
-        ingest,
-        http,
+
+
+async def _embedding_cache(settings: Settings, db: Engine) -> EmbeddingCache | None:
+    if not settings.embedding_cache:
+        return None
+    cache = EmbeddingCache(
+        settings.embedding_cache_dir or settings.data_dir / "embeddings",
         db,
-        usage_log,
-        directory,
-        Authenticator(directory, settings.admin_key),
-        demo_key,
-        demo_key_new,
-        prices,
-        limiter,
-        cache,
+        memory_bytes=settings.embedding_cache_memory_mib << 20,
+        ttl_s=settings.embedding_cache_ttl_s,
+        disk_bytes=int(settings.embedding_cache_disk_gib * (1 << 30)),
     )
-    try:
-        yield state
-    finally:
-        await usage_log.drain()
-        if grounding is not None:
-            grounding.close()
-        if worker_task is not None:
-            worker_task.cancel()
-        for pool in pools.pools:
-            if pool.vision is not None:
-                await pool.vision.close()
-            if pool.audio is not None:
-                await pool.audio.close()
-        await http.aclose()
-        if isinstance(limiter, RedisLimiter):
-            await limiter.close()
-        ingest.close()
-        for pool in pools.pools:
-            pool.engine.shutdown()
-        db.dispose()
+    await cache.sweep()
+    return cache
 
 
 async def _build_pool(

@@ -16,18 +16,17 @@ from litestar.response import Redirect, Template
 from sqlalchemy import Engine
 
 from api.auth import Authenticator
-from api.errors import InvalidRequest
-from api.metrics import ServerMetrics
 from api.settings import Settings
 from billing.prices import DIMENSIONS, PriceBook
 from console.auth import ADMIN_SESSION, admin_marker, remember
 from console.keys import EXPIRY_DAYS, key_options
 from console.pages import money, page
 from console.usage import csv_response, date_range, gauges, usage_csv, usage_view
-from db.models import Tenant, TenantQuota
 from serving.cache import EmbeddingCache
+from serving.errors import InvalidRequest
+from serving.metrics import ServerMetrics
 from serving.pools import PoolRegistry
-from tenancy.directory import Directory, DirectoryError, Principal
+from tenancy.directory import Directory, Principal, Tenant, TenantQuota
 from tenancy.limits import RateLimiter
 from tenancy.metering import month_by_tenant
 
@@ -114,15 +113,6 @@ def quota_fields(data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def _directory_call(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    try:
-        return await asyncio.to_thread(fn, *args, **kwargs)
-    except DirectoryError as exc:
-        err = InvalidRequest(exc.message, code=exc.code)
-        err.status_code = exc.status
-        raise err from exc
-
-
 @dataclass(frozen=True)
 class TenantViews:
     """What the admin's tenant page is drawn from; one dependency instead of five on every handler."""
@@ -146,7 +136,7 @@ class TenantViews:
         status_code: int = 200,
         **extra: Any,
     ) -> Template:
-        tenant: Tenant = await _directory_call(self.directory.tenant, tenant_id)
+        tenant: Tenant = await asyncio.to_thread(self.directory.tenant, tenant_id)
         first, last = date_range(start, end)
         quota = await asyncio.to_thread(self.directory.quota, tenant.id)
         view = await asyncio.to_thread(usage_view, self.db, tenant.id, first, last)
@@ -234,14 +224,14 @@ class AdminConsoleController(Controller):
         if not name or len(name) > 128:
             raise InvalidRequest("a tenant needs a name of 1 to 128 characters", param="name")
         fields = quota_fields(data)
-        tenant = await _directory_call(
+        tenant = await asyncio.to_thread(
             directory.create_tenant,
             name,
             tokens_per_minute=fields["tokens_per_minute"],
             concurrency=fields["concurrent_requests"],
             monthly_token_budget=fields["monthly_token_budget"],
         )
-        await _directory_call(directory.set_quota, tenant.id, **fields)
+        await asyncio.to_thread(directory.set_quota, tenant.id, **fields)
         return await _tenants_page(directory, db, created=tenant.name, status_code=201)
 
     @get("/tenants/{tenant_id:str}")
@@ -257,12 +247,12 @@ class AdminConsoleController(Controller):
 
     @post("/tenants/{tenant_id:str}/status")
     async def set_status(self, tenant_id: str, console_admin: Principal, views: TenantViews, data: Form) -> Template:
-        await _directory_call(views.directory.set_status, tenant_id, str(data.get("status", "")))
+        await asyncio.to_thread(views.directory.set_status, tenant_id, str(data.get("status", "")))
         return await views.page(tenant_id, notice="Status saved.")
 
     @post("/tenants/{tenant_id:str}/quota")
     async def set_quota(self, tenant_id: str, console_admin: Principal, views: TenantViews, data: Form) -> Template:
-        await _directory_call(views.directory.set_quota, tenant_id, **quota_fields(data))
+        await asyncio.to_thread(views.directory.set_quota, tenant_id, **quota_fields(data))
         return await views.page(tenant_id, notice="Quota saved.")
 
     @get("/tenants/{tenant_id:str}/gauges")
@@ -282,7 +272,7 @@ class AdminConsoleController(Controller):
         start: str | None = None,
         end: str | None = None,
     ) -> Response[str]:
-        tenant: Tenant = await _directory_call(directory.tenant, tenant_id)
+        tenant: Tenant = await asyncio.to_thread(directory.tenant, tenant_id)
         first, last = date_range(start, end)
         body = await asyncio.to_thread(usage_csv, db, tenant.id, first, last)
         return csv_response(body, tenant.name, first, last)
@@ -292,12 +282,12 @@ class AdminConsoleController(Controller):
         options, error = key_options(data, views.pools)
         if error:
             raise InvalidRequest(error, param="models")
-        issued = await _directory_call(views.directory.issue_key, tenant_id, **options)
+        issued = await asyncio.to_thread(views.directory.issue_key, tenant_id, **options)
         return await views.page(tenant_id, issued=issued.key, status_code=201)
 
     @post("/tenants/{tenant_id:str}/keys/{key_id:str}/revoke")
     async def revoke_key(self, tenant_id: str, key_id: str, console_admin: Principal, views: TenantViews) -> Template:
-        await _directory_call(views.directory.revoke_key, key_id, tenant_id=tenant_id)
+        await asyncio.to_thread(views.directory.revoke_key, key_id, tenant_id=tenant_id)
         return await views.page(tenant_id, notice="Key revoked.")
 
     # -- prices -------------------------------------------------------------------------------------------

@@ -5,23 +5,24 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import time
 from typing import Annotated, Any
 
-from litestar import Controller, Request, Response, get, post
+from litestar import Controller, Request, get, post
 from litestar.datastructures import UploadFile
 from litestar.enums import RequestEncodingType
 from litestar.params import Body
-from litestar.response import Redirect, Stream, Template
+from litestar.response import Redirect, Template
 
-from api.chat_serving import ChatService
-from api.errors import InvalidRequest, to_api_error
-from api.parsing import parse_chat_request
-from api.streaming import stream
+from api.chat import chat_completion
+from api.errors import error_response
+from api.settings import Settings
 from console.auth import TENANT_SESSION, remember
 from console.pages import page
+from serving.errors import InvalidRequest
 from serving.pools import PoolRegistry
+from serving.service import InferenceService
 from tenancy.directory import Directory, Principal
+from tenancy.quotas import QuotaGate
 
 AUDIO_TYPES = {"audio/wav": "wav", "audio/x-wav": "wav", "audio/wave": "wav", "audio/mpeg": "mp3", "audio/mp3": "mp3"}
 
@@ -75,21 +76,20 @@ class ConsoleController(Controller):
     async def run(
         self,
         signed_in: Principal,
-        chat: ChatService,
+        service: InferenceService,
+        quotas: QuotaGate,
+        settings: Settings,
         data: Annotated[dict[str, Any], Body(media_type=RequestEncodingType.MULTI_PART)],
     ) -> Any:
-        """The form becomes an OpenAI request and goes through the same parsing and serving as /v1."""
-        principal = signed_in
-        started = time.monotonic()
+        """The form becomes an OpenAI request and goes through the same parsing, caller policy and serving as
+        /v1: the playground is just another caller."""
         try:
-            body = await _chat_body(data)
-            req = parse_chat_request(json.dumps(body).encode())
-            gen = await chat.prepare(req, started, principal)
-            response: Stream = await stream(chat, req, gen)
-            return response
+            body = json.dumps(await _chat_body(data)).encode()
+            return await chat_completion(
+                body, signed_in, service, quotas, default_max_tokens=settings.default_max_tokens
+            )
         except Exception as exc:
-            err = to_api_error(exc)
-            return Response(err.body(), status_code=err.status_code, headers=err.headers)
+            return error_response(exc)
 
 
 async def _chat_body(data: dict[str, Any]) -> dict[str, Any]:

@@ -12,8 +12,9 @@ from litestar.params import Body
 from litestar.response import Template
 
 from console.pages import page
+from serving.errors import NotFound
 from serving.pools import PoolRegistry
-from tenancy.directory import Directory, DirectoryError, Principal
+from tenancy.directory import Directory, Principal
 
 EXPIRY_DAYS = (7, 30, 90, 365)
 
@@ -103,6 +104,6 @@ class KeysController(Controller):
             return await _render(signed_in, directory, pools, status_code=409, error=error)
         try:
             await asyncio.to_thread(directory.revoke_key, key_id, tenant_id=signed_in.tenant_id)
-        except DirectoryError:
+        except NotFound:
             return await _render(signed_in, directory, pools, status_code=404, error="No such key for this tenant.")
         return await _render(signed_in, directory, pools)

@@ -13,10 +13,9 @@ from litestar.exceptions import NotFoundException
 from litestar.response import Template
 from sqlalchemy import Engine
 
-from api.errors import InvalidRequest
 from api.settings import Settings
 from console.pages import money, page
-from db.models import MODALITY_AUDIO
+from serving.errors import InvalidRequest
 from serving.pools import PoolRegistry
 from tenancy.directory import Principal
 from tenancy.metering import MIXES, STATUSES, receipt, requests_page
@@ -52,7 +51,7 @@ def _row(r: dict[str, Any], grounding: bool = False) -> dict[str, Any]:
     pending = (
         grounding
         and r["grounding_score"] is None
-        and bool(r["modality_mask"] & MODALITY_AUDIO)
+        and "audio" in r["modalities"].split("+")
         and r["status"] == "completed"
         and age < GROUNDING_WAIT_S
     )

@@ -16,11 +16,10 @@ from litestar import Controller, Response, get
 from litestar.response import Template
 from sqlalchemy import Engine
 
-from api.errors import InvalidRequest
 from api.settings import Settings
 from console.pages import money, page
-from db.models import TenantQuota
-from tenancy.directory import Principal
+from serving.errors import InvalidRequest
+from tenancy.directory import Principal, TenantQuota
 from tenancy.limits import RateLimiter
 from tenancy.metering import aggregate, grounding_by_mix, spent_this_month
 

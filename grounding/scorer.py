@@ -14,7 +14,7 @@ How a score is made:
    so does any answer when the audio held no speech: there is nothing to support it.
 
 Calibration of `SUPPORT_THRESHOLD` (0.55), measured on a two-sentence spoken transcript about an invoice and a
-train (tests/unit/test_grounding.py holds these examples): restatements and paraphrases scored 0.60-0.91 ("You
+train (tests/unit/grounding/test_scorer.py holds these examples): restatements and paraphrases scored 0.60-0.91 ("You
 need to email the bill to finance." 0.74); unrelated claims scored 0.07-0.15; claims that reuse the transcript's
 topic words but assert something it never said scored 0.26-0.48 ("The invoice was paid in cash by the customer
 last year." 0.48). 0.55 sits between the two groups. The score measures topical support, not entailment: a claim

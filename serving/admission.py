@@ -17,20 +17,17 @@ import itertools
 import math
 from dataclasses import dataclass, field
 
-from serving.errors import ServingError
+from serving.errors import InvalidRequest, Unavailable
 
 PRIORITIES = {"interactive": 0, "batch": 1}
 
 
-class AdmissionRejected(ServingError):
-    unavailable = True
-
+class AdmissionRejected(Unavailable):
     def __init__(self, message: str, *, retry_after_s: float) -> None:
-        super().__init__(message, code="server_overloaded")
-        self.retry_after_s = retry_after_s
+        super().__init__(message, code="server_overloaded", retry_after_s=retry_after_s)
 
 
-class RequestTooLarge(ServingError):
+class RequestTooLarge(InvalidRequest):
     def __init__(self, message: str) -> None:
         super().__init__(message, code="request_too_large", param="max_tokens")
 

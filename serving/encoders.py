@@ -34,20 +34,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from serving.errors import ServingError
+from serving.errors import Unavailable
 
 logger = logging.getLogger(__name__)
 
 
-class EncoderFailure(ServingError):
+class EncoderFailure(Unavailable):
     """The encoder pool could not produce a usable embedding (overload, crash, or NaN/Inf output)."""
 
-    unavailable = True
-
     def __init__(self, message: str, *, reason: str) -> None:
-        super().__init__(message, code="encoder_unavailable")
+        super().__init__(message, code="encoder_unavailable", retry_after_s=2.0)
         self.reason = reason
-        self.retry_after_s = 2.0
 
 
 @dataclass(frozen=True)

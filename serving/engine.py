@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from serving.errors import EngineUnavailable, ServingError
+from serving.errors import EngineUnavailable, InvalidRequest
 
 logger = logging.getLogger(__name__)
 
@@ -309,7 +309,7 @@ class VllmEngine:
             # vLLM validates the processed prompt (length, media counts) before scheduling it.
             message = str(exc)
             code = "context_length_exceeded" if "context length" in message else "invalid_prompt"
-            raise ServingError(message, code=code, param="messages") from exc
+            raise InvalidRequest(message, code=code, param="messages") from exc
 
     def shutdown(self) -> None:
         self._llm.shutdown()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from serving.errors import RequestShapeError
@@ -46,12 +46,25 @@ class MessagePlan:
     def count(self, kind: MediaKind) -> int:
         return sum(1 for item in self.media if item.kind == kind)
 
+    def without(self, kind: str) -> MessagePlan:
+        """The plan with every `kind` part removed (a message left empty keeps an empty text part)."""
+        messages = []
+        for m in self.messages:
+            content = m["content"]
+            if not isinstance(content, str):
+                content = [p for p in content if p["type"] != kind] or [{"type": "text", "text": ""}]
+            messages.append({"role": m["role"], "content": content})
+        return MessagePlan(messages, [item for item in self.media if item.kind != kind])
 
-@dataclass
-class PreparedPrompt:
-    messages: list[dict[str, Any]]
-    images: list[LoadedImage] = field(default_factory=list)
-    audios: list[LoadedAudio] = field(default_factory=list)
+    def user_texts(self) -> list[str]:
+        """The text the user wrote, for routing by content."""
+        out: list[str] = []
+        for m in self.messages:
+            if m["role"] != "user":
+                continue
+            content = m["content"]
+            out.extend([content] if isinstance(content, str) else [p["text"] for p in content if p["type"] == "text"])
+        return out
 
 
 def plan_messages(messages: Sequence[MessageLike], *, max_images: int, max_audios: int = 1) -> MessagePlan:
@@ -148,16 +161,6 @@ class MediaIngest:
 
     async def decode(self, probed: list[ProbedMedia]) -> list[LoadedImage | LoadedAudio]:
         return list(await asyncio.gather(*(self._decode_item(p) for p in probed)))
-
-    async def load(self, plan: MessagePlan) -> PreparedPrompt:
-        loaded = await self.decode(await self.probe(plan))
-        prepared = PreparedPrompt(plan.messages)
-        for item in loaded:
-            if isinstance(item, LoadedImage):
-                prepared.images.append(item)
-            else:
-                prepared.audios.append(item)
-        return prepared
 
     async def _probe_item(self, item: MediaItem) -> ProbedMedia:
         loop = asyncio.get_running_loop()

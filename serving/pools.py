@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from serving.admission import AdmissionController
@@ -58,10 +61,20 @@ class ModelPool:
     # it on the event loop would block every request while the engine is busy.
     own_tokenizer: Any = None
 
+    geometry: VisionGeometry | None = None
+    # Prompts are tokenized on worker threads; a fast tokenizer must not be entered by two at once.
+    tokenizer_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
     def tokenizer(self) -> Any:
         return self.own_tokenizer if self.own_tokenizer is not None else self.engine.tokenizer()
 
-    geometry: VisionGeometry | None = None
+    @cached_property
+    def prompt_format(self) -> str:
+        """Pools whose tokenizer class, vocabulary size and chat template agree render a prompt identically."""
+        tok = self.tokenizer()
+        template = str(getattr(tok, "chat_template", "") or "")
+        size = len(tok) if hasattr(tok, "__len__") else 0
+        return hashlib.sha256(f"{type(tok).__name__}\0{size}\0{template}".encode()).hexdigest()[:16]
 
     @classmethod
     def from_engine(

@@ -6,7 +6,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from serving.errors import ServingError
+from serving.errors import InvalidRequest, NotFound
 
 AUTO = "auto"
 _COMPLEX = re.compile(
@@ -16,12 +16,12 @@ _COMPLEX = re.compile(
 )
 
 
-class UnknownModel(ServingError):
+class UnknownModel(NotFound):
     def __init__(self, message: str) -> None:
         super().__init__(message, code="model_not_found", param="model")
 
 
-class ModalityUnsupported(ServingError):
+class ModalityUnsupported(InvalidRequest):
     def __init__(self, message: str) -> None:
         super().__init__(message, code="unsupported_modality", param="model")
 

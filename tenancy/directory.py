@@ -14,21 +14,17 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import Engine
 from sqlmodel import Session, col, select
 
 from db.models import ApiKey, Tenant, TenantQuota
+from serving.errors import Conflict, InvalidRequest, NotFound
+
+__all__ = ["ApiKey", "Directory", "IssuedKey", "Principal", "Tenant", "TenantQuota", "key_summary", "tenant_summary"]
 
 KEY_PREFIX = "sk-tsr-"
-
-
-class DirectoryError(Exception):
-    def __init__(self, message: str, *, code: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.message = message
-        self.code = code
-        self.status = status
 
 
 @dataclass(frozen=True)
@@ -82,10 +78,10 @@ class Directory:
         monthly_token_budget: int | None = None,
     ) -> Tenant:
         if not name or len(name) > 128:
-            raise DirectoryError("a tenant name must be 1-128 characters", code="invalid_tenant_name")
+            raise InvalidRequest("a tenant name must be 1-128 characters", code="invalid_tenant_name")
         with Session(self._db, expire_on_commit=False) as s:
             if s.exec(select(Tenant).where(Tenant.name == name)).first() is not None:
-                raise DirectoryError(f"tenant '{name}' already exists", code="tenant_exists", status=409)
+                raise Conflict(f"tenant '{name}' already exists", code="tenant_exists")
             tenant = Tenant(id=str(uuid.uuid4()), name=name)
             s.add(tenant)
             s.add(
@@ -104,7 +100,7 @@ class Directory:
         with Session(self._db, expire_on_commit=False) as s:
             found = s.get(Tenant, name_or_id) or s.exec(select(Tenant).where(Tenant.name == name_or_id)).first()
             if found is None:
-                raise DirectoryError(f"tenant '{name_or_id}' not found", code="tenant_not_found", status=404)
+                raise NotFound(f"tenant '{name_or_id}' not found", code="tenant_not_found")
             return found
 
     def tenants(self) -> list[tuple[Tenant, TenantQuota | None]]:
@@ -117,11 +113,11 @@ class Directory:
 
     def set_status(self, tenant_id: str, status: str) -> Tenant:
         if status not in ("active", "suspended"):
-            raise DirectoryError("status must be active or suspended", code="invalid_status")
+            raise InvalidRequest("status must be active or suspended", code="invalid_status")
         with Session(self._db, expire_on_commit=False) as s:
             tenant = s.get(Tenant, tenant_id)
             if tenant is None:
-                raise DirectoryError("tenant not found", code="tenant_not_found", status=404)
+                raise NotFound("tenant not found", code="tenant_not_found")
             tenant.status = status
             s.add(tenant)
             s.commit()
@@ -139,14 +135,14 @@ class Directory:
         }
         unknown = set(fields) - allowed
         if unknown:
-            raise DirectoryError(f"unknown quota fields {sorted(unknown)}", code="invalid_quota")
+            raise InvalidRequest(f"unknown quota fields {sorted(unknown)}", code="invalid_quota")
         with Session(self._db, expire_on_commit=False) as s:
             quota = s.get(TenantQuota, tenant_id)
             if quota is None:
-                raise DirectoryError("tenant not found", code="tenant_not_found", status=404)
+                raise NotFound("tenant not found", code="tenant_not_found")
             for key, value in fields.items():
                 if isinstance(value, int) and value < 0:
-                    raise DirectoryError(f"{key} must not be negative", code="invalid_quota")
+                    raise InvalidRequest(f"{key} must not be negative", code="invalid_quota")
                 setattr(quota, key, value)
             s.add(quota)
             s.commit()
@@ -179,7 +175,7 @@ class Directory:
         )
         with Session(self._db, expire_on_commit=False) as s:
             if tenant_id is not None and s.get(Tenant, tenant_id) is None:
-                raise DirectoryError("tenant not found", code="tenant_not_found", status=404)
+                raise NotFound("tenant not found", code="tenant_not_found")
             s.add(row)
             s.commit()
         return IssuedKey(key, row.id, visible)
@@ -207,7 +203,7 @@ class Directory:
         with Session(self._db, expire_on_commit=False) as s:
             row = s.get(ApiKey, key_id)
             if row is None or (tenant_id is not None and row.tenant_id != tenant_id):
-                raise DirectoryError("key not found", code="key_not_found", status=404)
+                raise NotFound("key not found", code="key_not_found")
             row.revoked_at = row.revoked_at or _now()
             s.add(row)
             s.commit()
@@ -268,3 +264,29 @@ class Directory:
     def forget(self) -> None:
         with self._lock:
             self._cache.clear()
+
+
+def tenant_summary(tenant: Tenant, quota: TenantQuota | None) -> dict[str, Any]:
+    """A tenant and its quota as the admin API shows them."""
+    limits = quota.model_dump(exclude={"tenant_id"}) if quota else None
+    return {
+        "id": tenant.id,
+        "name": tenant.name,
+        "status": tenant.status,
+        "created_at": tenant.created_at.isoformat(),
+        "quota": limits,
+    }
+
+
+def key_summary(key: ApiKey) -> dict[str, Any]:
+    """A key as the admin API shows it: never its secret or hash."""
+    return {
+        "id": key.id,
+        "tenant_id": key.tenant_id,
+        "prefix": key.prefix,
+        "name": key.name,
+        "allowed_models": key.allowed_models.split(",") if key.allowed_models else None,
+        "expires_at": key.expires_at.isoformat() if key.expires_at else None,
+        "revoked": key.revoked_at is not None,
+        "created_at": key.created_at.isoformat(),
+    }

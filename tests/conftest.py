@@ -121,9 +121,20 @@ def server(tmp_path_factory: pytest.TempPathFactory, fake_stripe) -> Iterator[Li
 
 @pytest.fixture(scope="session")
 def client(server: LiveServer):
-    from openai import OpenAI
+    from tests.openai_wire import openai_client
 
-    return OpenAI(base_url=server.v1, api_key=API_KEY, max_retries=0, timeout=120)
+    return openai_client(server.v1, API_KEY, timeout=120)
+
+
+@pytest.fixture(autouse=True)
+def _openai_conformance() -> Iterator[None]:
+    """Fails the test whose chat-completion responses broke OpenAI's schemas (checked by tests/openai_wire.py)."""
+    from tests.openai_wire import VIOLATIONS
+
+    yield
+    found = VIOLATIONS.drain()
+    if found:
+        pytest.fail("responses that do not match OpenAI's published schemas:\n" + "\n".join(found), pytrace=False)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -1,4 +1,4 @@
-"""The admin JSON API: tenants, their quotas and keys. Every handler needs an admin principal."""
+"""The admin JSON API: tenants, their quotas and keys. The router guards every handler with the admin check."""
 
 from __future__ import annotations
 
@@ -9,9 +9,7 @@ from typing import Any
 from litestar import Controller, get, patch, post, put
 from pydantic import BaseModel, Field
 
-from api.errors import APIError
-from db.models import ApiKey, Tenant, TenantQuota
-from tenancy.directory import Directory, DirectoryError
+from tenancy.directory import Directory, key_summary, tenant_summary
 
 
 class TenantIn(BaseModel):
@@ -39,72 +37,44 @@ class KeyIn(BaseModel):
     expires_at: datetime | None = None
 
 
-def _tenant(t: Tenant, q: TenantQuota | None) -> dict[str, Any]:
-    quota = q.model_dump(exclude={"tenant_id"}) if q else None
-    return {"id": t.id, "name": t.name, "status": t.status, "created_at": t.created_at.isoformat(), "quota": quota}
-
-
-def _key(k: ApiKey) -> dict[str, Any]:
-    return {
-        "id": k.id,
-        "tenant_id": k.tenant_id,
-        "prefix": k.prefix,
-        "name": k.name,
-        "allowed_models": k.allowed_models.split(",") if k.allowed_models else None,
-        "expires_at": k.expires_at.isoformat() if k.expires_at else None,
-        "revoked": k.revoked_at is not None,
-        "created_at": k.created_at.isoformat(),
-    }
-
-
-async def _call(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    try:
-        return await asyncio.to_thread(fn, *args, **kwargs)
-    except DirectoryError as exc:
-        err = APIError(exc.message, code=exc.code)
-        err.status_code = exc.status
-        raise err from exc
-
-
 class AdminController(Controller):
     path = "/admin"
 
     @get("/tenants")
-    async def list_tenants(self, directory: Directory, admin: Any) -> dict[str, Any]:
-        rows = await _call(directory.tenants)
-        return {"object": "list", "data": [_tenant(t, q) for t, q in rows]}
+    async def list_tenants(self, directory: Directory) -> dict[str, Any]:
+        rows = await asyncio.to_thread(directory.tenants)
+        return {"object": "list", "data": [tenant_summary(t, q) for t, q in rows]}
 
     @post("/tenants", status_code=201)
-    async def create_tenant(self, data: TenantIn, directory: Directory, admin: Any) -> dict[str, Any]:
-        tenant = await _call(
+    async def create_tenant(self, data: TenantIn, directory: Directory) -> dict[str, Any]:
+        tenant = await asyncio.to_thread(
             directory.create_tenant,
             data.name,
             tokens_per_minute=data.tokens_per_minute,
             concurrency=data.concurrent_requests,
             monthly_token_budget=data.monthly_token_budget,
         )
-        quota = await _call(directory.set_quota, tenant.id)
-        return _tenant(tenant, quota)
+        quota = await asyncio.to_thread(directory.set_quota, tenant.id)
+        return tenant_summary(tenant, quota)
 
     @patch("/tenants/{tenant_id:str}")
-    async def update_tenant(
-        self, tenant_id: str, data: TenantPatch, directory: Directory, admin: Any
-    ) -> dict[str, Any]:
-        tenant = await _call(directory.set_status, tenant_id, data.status)
-        return _tenant(tenant, None)
+    async def update_tenant(self, tenant_id: str, data: TenantPatch, directory: Directory) -> dict[str, Any]:
+        tenant = await asyncio.to_thread(directory.set_status, tenant_id, data.status)
+        return tenant_summary(tenant, None)
 
     @put("/tenants/{tenant_id:str}/quota")
-    async def set_quota(self, tenant_id: str, data: QuotaIn, directory: Directory, admin: Any) -> dict[str, Any]:
-        quota = await _call(directory.set_quota, tenant_id, **data.model_dump(exclude_none=True))
+    async def set_quota(self, tenant_id: str, data: QuotaIn, directory: Directory) -> dict[str, Any]:
+        quota = await asyncio.to_thread(directory.set_quota, tenant_id, **data.model_dump(exclude_none=True))
         return quota.model_dump()
 
     @get("/tenants/{tenant_id:str}/keys")
-    async def list_keys(self, tenant_id: str, directory: Directory, admin: Any) -> dict[str, Any]:
-        return {"object": "list", "data": [_key(k) for k in await _call(directory.keys, tenant_id)]}
+    async def list_keys(self, tenant_id: str, directory: Directory) -> dict[str, Any]:
+        keys = await asyncio.to_thread(directory.keys, tenant_id)
+        return {"object": "list", "data": [key_summary(k) for k in keys]}
 
     @post("/tenants/{tenant_id:str}/keys", status_code=201)
-    async def create_key(self, tenant_id: str, data: KeyIn, directory: Directory, admin: Any) -> dict[str, Any]:
-        issued = await _call(
+    async def create_key(self, tenant_id: str, data: KeyIn, directory: Directory) -> dict[str, Any]:
+        issued = await asyncio.to_thread(
             directory.issue_key,
             tenant_id,
             name=data.name,
@@ -114,5 +84,5 @@ class AdminController(Controller):
         return {"id": issued.key_id, "prefix": issued.prefix, "key": issued.key}
 
     @post("/keys/{key_id:str}/revoke", status_code=200)
-    async def revoke_key(self, key_id: str, directory: Directory, admin: Any) -> dict[str, Any]:
-        return _key(await _call(directory.revoke_key, key_id))
+    async def revoke_key(self, key_id: str, directory: Directory) -> dict[str, Any]:
+        return key_summary(await asyncio.to_thread(directory.revoke_key, key_id))

@@ -9,10 +9,10 @@ from litestar import Controller, Request, get, post, put
 from pydantic import BaseModel, Field
 from sqlalchemy import Engine
 
-from api.errors import InvalidRequest
 from api.settings import Settings
 from billing.prices import DIMENSIONS, PriceBook
 from billing.webhooks import receive
+from serving.errors import InvalidRequest
 from serving.pools import PoolRegistry
 
 
@@ -24,14 +24,12 @@ class PriceController(Controller):
     path = "/admin/prices"
 
     @get("/")
-    async def list_prices(self, prices: PriceBook, pools: PoolRegistry, admin: Any) -> dict[str, Any]:
+    async def list_prices(self, prices: PriceBook, pools: PoolRegistry) -> dict[str, Any]:
         table = await asyncio.to_thread(prices.all, [p.name for p in pools.pools])
         return {"object": "list", "dimensions": list(DIMENSIONS), "data": table}
 
     @put("/{model:str}/{dimension:str}")
-    async def set_price(
-        self, model: str, dimension: str, data: PriceIn, prices: PriceBook, admin: Any
-    ) -> dict[str, Any]:
+    async def set_price(self, model: str, dimension: str, data: PriceIn, prices: PriceBook) -> dict[str, Any]:
         if dimension not in DIMENSIONS:
             raise InvalidRequest(f"dimension must be one of {', '.join(DIMENSIONS)}", param="dimension")
         await asyncio.to_thread(prices.set, model, dimension, data.micros_per_million)

@@ -6,8 +6,8 @@ from typing import Any
 
 from litestar import get
 
-from api.errors import ModelNotFound
 from api.protocol import ModelCard, ModelList
+from serving.errors import NotFound
 from serving.pools import ModelPool, PoolRegistry
 from tenancy.directory import Principal
 
@@ -31,5 +31,5 @@ async def list_models(pools: PoolRegistry, principal: Principal) -> dict[str, An
 async def retrieve_model(model_id: str, pools: PoolRegistry, principal: Principal) -> dict[str, Any]:
     pool = pools.get(model_id)
     if pool is None:
-        raise ModelNotFound(f"the model '{model_id}' does not exist", param="model")
+        raise NotFound(f"the model '{model_id}' does not exist", code="model_not_found", param="model")
     return _card(pool).model_dump(mode="json")

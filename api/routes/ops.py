@@ -6,8 +6,8 @@ from typing import Any
 
 from litestar import Response, get
 
-from api.metrics import ServerMetrics
 from serving.errors import EngineUnavailable
+from serving.metrics import ServerMetrics
 from serving.pools import PoolRegistry
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from litestar import get
 from sqlalchemy import Engine
 
-from api.errors import APIError, InvalidRequest
+from serving.errors import InvalidRequest, NotFound
 from tenancy.directory import Principal
 from tenancy.metering import GROUPS, aggregate, receipt
 
@@ -28,9 +28,7 @@ def _when(value: str | None, default: datetime, param: str) -> datetime:
 async def usage_receipt(request_id: str, principal: Principal, db: Engine) -> dict[str, Any]:
     found = await asyncio.to_thread(receipt, db, principal.tenant_id, request_id)
     if found is None:
-        err = APIError(f"no usage record '{request_id}' for this tenant", param="request_id", code="not_found")
-        err.status_code = 404
-        raise err
+        raise NotFound(f"no usage record '{request_id}' for this tenant", param="request_id")
     return found
 
 

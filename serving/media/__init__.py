@@ -1,1 +1,2 @@
-"""Media loaders: one per modality, each with `load_bytes`, `load_base64` and `load_url`."""
+"""Media loaders, one per modality: each reads its medium's bytes (base64 or a fetched URL), probes the header
+(`probe`: image size, audio duration) and decodes it once (`load_bytes`); `fetch` guards URL fetching."""

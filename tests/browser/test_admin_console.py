@@ -7,8 +7,8 @@ import uuid
 import httpx
 import openai
 import pytest
-from openai import OpenAI
 
+from tests import openai_wire
 from tests.browser.pages import (
     admin_sign_in,
     shoot,
@@ -44,7 +44,7 @@ def test_admin_console_lowers_a_tenants_tpm_and_the_api_refuses(server, browser,
     page.get_by_role("button", name="Create key").click()
     page.wait_for_selector("#new-key")
     key = page.locator("#new-key").inner_text().strip()
-    tenant = OpenAI(base_url=server.v1, api_key=key, max_retries=0, timeout=60)
+    tenant = openai_wire.openai_client(server.v1, key, timeout=60)
     body = {"model": "small", "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 4}
     tenant.chat.completions.create(**body)
 

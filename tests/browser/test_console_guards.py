@@ -8,8 +8,8 @@ import statistics
 import time
 
 import httpx
-from openai import OpenAI
 
+from tests import openai_wire
 from tests.browser.pages import (
     ARTIFACTS,
     cold_playground,
@@ -35,7 +35,7 @@ def test_a_tenant_never_sees_another_tenants_data(server, browser):
     _, key_b = new_tenant(server, "beta")
     admin = {"authorization": f"Bearer {ADMIN_KEY}"}
     key_a_id = httpx.get(f"{server.base_url}/admin/tenants/{tenant_a}/keys", headers=admin).json()["data"][0]["id"]
-    api_a = OpenAI(base_url=server.v1, api_key=key_a, max_retries=0, timeout=60)
+    api_a = openai_wire.openai_client(server.v1, key_a, timeout=60)
     done = api_a.chat.completions.create(
         model="small", messages=[{"role": "user", "content": "alpha's secret question"}], max_tokens=3
     )
@@ -129,7 +129,7 @@ def test_pages_and_assets_are_compressed_but_streams_are_not(server, client):
     assert int(asset.headers["content-length"]) < 25_000  # 50 KB of script
     auth = {**gz, "authorization": f"Bearer {API_KEY}"}
     body = {"model": "small", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "stream": True}
-    with httpx.stream("POST", server.v1 + "/chat/completions", headers=auth, json=body) as stream:
+    with openai_wire.stream("POST", server.v1 + "/chat/completions", headers=auth, json=body) as stream:
         assert stream.status_code == 200
         assert "content-encoding" not in stream.headers
         assert stream.headers["content-type"].startswith("text/event-stream")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 
-from tests import media
+from tests import media, openai_wire
 from tests.browser.pages import (
     new_tenant,
     shoot,
@@ -129,7 +129,7 @@ def test_keys_page_issues_once_restricts_and_revokes(server, browser, tenant_key
     assert (datetime.now(UTC) + timedelta(days=30)).date().isoformat() in row.inner_text()
     auth = {"authorization": f"Bearer {new_key}"}
     body = {"model": "large", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
-    assert httpx.post(server.v1 + "/chat/completions", headers=auth, json=body).status_code == 403
+    assert openai_wire.post(server.v1 + "/chat/completions", headers=auth, json=body).status_code == 403
     row.get_by_role("button", name=f"Revoke {new_key[:15]}").click()
     page.wait_for_function("document.querySelector('main').innerText.includes('revoked')")
     assert "revoked" in page.locator("tr", has_text="ci-bot").inner_text()

@@ -6,10 +6,9 @@ import base64
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import httpx
 import pytest
 
-from tests import media
+from tests import media, openai_wire
 from tests.conftest import API_KEY, MAX_BODY_BYTES
 
 
@@ -151,7 +150,7 @@ CASES = [
 
 def _post(server, body, key=API_KEY, **kw):
     headers = {"authorization": f"Bearer {key}"} if key else {}
-    return httpx.post(server.v1 + "/chat/completions", json=body, headers=headers, timeout=120, **kw)
+    return openai_wire.post(server.v1 + "/chat/completions", json=body, headers=headers, timeout=120, **kw)
 
 
 def _base(**overrides):
@@ -186,7 +185,7 @@ def test_missing_or_wrong_key(server, key):
 
 
 def test_invalid_json(server):
-    resp = httpx.post(
+    resp = openai_wire.post(
         server.v1 + "/chat/completions",
         content=b"{oops",
         headers={"authorization": f"Bearer {API_KEY}", "content-type": "application/json"},

@@ -9,7 +9,7 @@ import uuid
 import httpx
 import stripe
 
-from tests import media
+from tests import media, openai_wire
 from tests.conftest import ADMIN_KEY, STRIPE_WEBHOOK_SECRET
 
 ADMIN = {"authorization": f"Bearer {ADMIN_KEY}"}
@@ -37,7 +37,7 @@ def test_meter_events_equal_the_usage_records(server, fake_stripe):
         [{"type": "text", "text": "two"}, image],
         [{"type": "text", "text": "three"}, image],
     ):
-        resp = httpx.post(
+        resp = openai_wire.post(
             server.v1 + "/chat/completions",
             headers=auth,
             timeout=60,

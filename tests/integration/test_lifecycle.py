@@ -10,6 +10,7 @@ import httpx
 import psutil
 import pytest
 
+from tests import openai_wire
 from tests.conftest import API_KEY
 
 HEADERS = {"authorization": f"Bearer {API_KEY}"}
@@ -51,7 +52,7 @@ def test_client_disconnect_aborts_the_engine_request(server):
     }
     seen: list[str] = []
     with (
-        httpx.Client(timeout=60) as http,
+        openai_wire.http_client(timeout=60) as http,
         http.stream("POST", server.v1 + "/chat/completions", json=body, headers=HEADERS) as resp,
     ):
         assert resp.status_code == 200
@@ -131,7 +132,7 @@ def test_dead_engine_turns_health_and_requests_to_503(server, client):
     assert health.json()["engines"]["large"]["status"] == "dead"
     assert health.json()["engines"]["small"]["status"] == "ok"
 
-    resp = httpx.post(
+    resp = openai_wire.post(
         server.v1 + "/chat/completions",
         headers=HEADERS,
         timeout=30,

@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
+from tests import openai_wire
 from tests.conftest import ADMIN_KEY, MODELS_DIR, LiveServer, free_port, run_server
 
 WINDOW_S = 5.0  # the session server runs with TESSERA_RATE_WINDOW_S=5
@@ -52,7 +53,9 @@ def test_tpm_holds_across_two_replicas(server, second_gateway):
     def one(i: int) -> tuple[float, float, int, int]:
         base = (server if i % 2 else second_gateway).v1
         sent = time.time()
-        resp = httpx.post(base + "/chat/completions", json=body, timeout=60, headers={"authorization": f"Bearer {key}"})
+        resp = openai_wire.post(
+            base + "/chat/completions", json=body, timeout=60, headers={"authorization": f"Bearer {key}"}
+        )
         used = resp.json()["usage"]["total_tokens"] if resp.status_code == 200 else 0
         return sent, time.time(), resp.status_code, used
 

@@ -6,8 +6,9 @@ import uuid
 
 import httpx
 import pytest
-from openai import OpenAI, RateLimitError
+from openai import RateLimitError
 
+from tests import openai_wire
 from tests.conftest import ADMIN_KEY, API_KEY
 
 ADMIN = {"authorization": f"Bearer {ADMIN_KEY}"}
@@ -28,7 +29,7 @@ def _key(server, tenant, **kw):
 
 
 def _client(server, key):
-    return OpenAI(base_url=server.v1, api_key=key, max_retries=0, timeout=120)
+    return openai_wire.openai_client(server.v1, key, timeout=120)
 
 
 def _ask(client, model="small", **kw):
@@ -62,7 +63,7 @@ def test_key_restricted_to_models(server):
     tenant = _tenant(server)
     client = _client(server, _key(server, tenant, allowed_models=["small"]))
     assert _ask(client).model == "small"
-    resp = httpx.post(
+    resp = openai_wire.post(
         f"{server.v1}/chat/completions",
         headers={"authorization": f"Bearer {client.api_key}"},
         json={"model": "large", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
@@ -137,7 +138,7 @@ def test_no_key_or_media_bytes_in_the_logs(server):
             }
         ],
     )
-    bad = httpx.post(
+    bad = openai_wire.post(
         server.v1 + "/chat/completions",
         headers={"authorization": f"Bearer {key}"},
         json={

@@ -3,9 +3,18 @@ import logging
 
 import pytest
 
-from api.errors import InvalidRequest, to_api_error
-from api.parsing import parse_chat_request
-from serving.errors import EngineUnavailable, MediaError
+from api.errors import to_api_error
+from api.parsing import generation_request, parse_chat_request
+from serving.errors import (
+    Conflict,
+    EngineUnavailable,
+    ErrorKind,
+    InvalidRequest,
+    MediaError,
+    NotFound,
+    PermissionDenied,
+    RateLimited,
+)
 
 
 def _parse(body):
@@ -44,7 +53,8 @@ def test_schema_errors_name_the_param(body, param, code):
     with pytest.raises(InvalidRequest) as exc:
         _parse(body)
     assert exc.value.param == param
-    assert exc.value.status_code == 400
+    assert exc.value.kind is ErrorKind.INVALID_REQUEST
+    assert to_api_error(exc.value).status_code == 400
     if code:
         assert exc.value.code == code
 
@@ -66,3 +76,30 @@ def test_error_mapping_shapes():
     crash = to_api_error(RuntimeError("boom"))
     assert crash.status_code == 500
     assert "boom" not in crash.message
+
+
+def test_each_kind_maps_to_one_status_and_type():
+    cases = [
+        (NotFound("no such model", code="model_not_found", param="model"), 404, "invalid_request_error"),
+        (PermissionDenied("not this model", code="model_not_allowed"), 403, "permission_error"),
+        (Conflict("exists", code="tenant_exists"), 409, "invalid_request_error"),
+        (
+            RateLimited("slow down", retry_after_s=1.5, limits={"x-ratelimit-limit-requests": "2"}),
+            429,
+            "rate_limit_error",
+        ),
+    ]
+    for exc, status, error_type in cases:
+        err = to_api_error(exc)
+        assert (err.status_code, err.error_type, err.code) == (status, error_type, exc.code)
+    limited = to_api_error(cases[-1][0])
+    assert limited.headers == {"x-ratelimit-limit-requests": "2", "retry-after": "2", "retry-after-ms": "1500"}
+
+
+def test_n_other_than_one_is_refused_with_its_param():
+    req = _parse({"model": "small", "messages": [{"role": "user", "content": "x"}], "n": 2})
+    with pytest.raises(InvalidRequest) as exc:
+        generation_request(req, 16)
+    assert (exc.value.param, exc.value.code) == ("n", "unsupported_parameter")
+    ok = generation_request(_parse({"model": "small", "messages": [{"role": "user", "content": "x"}]}), 16)
+    assert ok.params.max_tokens == 16

@@ -10,9 +10,9 @@ from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 from litestar.template.config import TemplateConfig
 from litestar.testing import create_test_client
 
-from api.errors import InvalidRequest
 from console.errors import console_error
 from console.usage import csv_response
+from serving.errors import InvalidRequest
 
 TEMPLATES = Path(__file__).resolve().parents[3] / "templates"
 

@@ -5,10 +5,10 @@ from datetime import date
 
 import pytest
 
-from api.errors import InvalidRequest
-from api.metrics import LiveWindow
 from console.admin import quota_fields
 from console.usage import _gauge, _nice_ceiling, date_range, stacked_chart
+from serving.errors import InvalidRequest
+from serving.metrics import LiveWindow
 
 
 def test_date_range_defaults_to_two_weeks_and_refuses_bad_ranges():
@@ -77,7 +77,7 @@ def test_quota_form_validation():
 
 def test_live_window_rates_and_ttft_quantiles_per_pool(monkeypatch):
     clock = [1_000.0]
-    monkeypatch.setattr("api.metrics.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("serving.metrics.time.monotonic", lambda: clock[0])
     live = LiveWindow(span_s=60.0)
     for i in range(100):
         live.finished("small", (i + 1) / 1000)  # 1..100 ms

@@ -6,11 +6,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlmodel import Session
 
-from api.quotas import Admission, QuotaGate
 from db.models import ApiKey, InferenceRequest
-from tenancy.directory import Directory, DirectoryError
+from serving.errors import Conflict, ErrorKind
+from tenancy.directory import Directory
 from tenancy.limits import InProcessLimiter
 from tenancy.metering import aggregate, receipt, spent_this_month
+from tenancy.quotas import QuotaGate, cache_salt
 from tests.dbs import migrated
 
 
@@ -39,9 +40,9 @@ def test_keys_are_stored_hashed_and_resolve_to_their_tenant(db):
     assert d.resolve(issued.key) is None
     expired = d.issue_key(acme.id, expires_at=datetime.now(UTC) - timedelta(seconds=1))
     assert d.resolve(expired.key) is None
-    with pytest.raises(DirectoryError) as exc:
+    with pytest.raises(Conflict) as exc:
         d.create_tenant("acme")
-    assert exc.value.status == 409
+    assert exc.value.kind is ErrorKind.CONFLICT
 
 
 def test_usage_aggregates_stay_within_the_tenant(db):
@@ -76,7 +77,7 @@ def test_usage_aggregates_stay_within_the_tenant(db):
 
 
 def test_budgets_refuse_before_the_engine(db):
-    from api.errors import QuotaExceeded
+    from serving.errors import QuotaExceeded
 
     d = Directory(db, "s")
     t = d.create_tenant("t", monthly_token_budget=100)
@@ -84,10 +85,11 @@ def test_budgets_refuse_before_the_engine(db):
     gate = QuotaGate(InProcessLimiter(), db, budget_cache_s=0)
 
     async def run():
-        holder = Admission()
-        await gate.check(d.resolve(key), "small", 60, holder)
-        assert holder.reservation is not None
-        await gate.finish(holder, 60)
+        hold = await gate.policy(d.resolve(key)).reserve("small", 60)
+        assert hold.reservation is not None
+        assert hold.limits["x-ratelimit-limit-requests"] == "16"
+        await hold.settle(60)
+        await hold.settle(60)  # a second settle is a no-op
         with Session(db) as s:
             s.add(
                 InferenceRequest(
@@ -103,10 +105,40 @@ def test_budgets_refuse_before_the_engine(db):
             )
             s.commit()
         with pytest.raises(QuotaExceeded):
-            await gate.check(d.resolve(key), "small", 60, Admission())
+            await gate.policy(d.resolve(key)).reserve("small", 60)
         d.set_quota(t.id, monthly_token_budget=None, monthly_cost_budget_micros=5)
         with pytest.raises(QuotaExceeded, match="spending"):
-            await gate.check(d.resolve(key), "small", 1, Admission())
+            await gate.policy(d.resolve(key)).reserve("small", 1)
+
+    asyncio.run(run())
+
+
+def test_tenant_policy_checks_models_and_salts_per_tenant(db):
+    from serving.errors import PermissionDenied, RateLimited
+
+    d = Directory(db, "s")
+    a, b = d.create_tenant("a", concurrency=1), d.create_tenant("b")
+    narrow = d.resolve(d.issue_key(a.id, allowed_models=["small"]).key)
+    wide = d.resolve(d.issue_key(a.id).key)
+    other = d.resolve(d.issue_key(b.id).key)
+    gate = QuotaGate(InProcessLimiter(), db)
+    assert gate.policy(narrow).cache_salt == gate.policy(wide).cache_salt == cache_salt(wide)  # one tenant
+    assert gate.policy(other).cache_salt != gate.policy(wide).cache_salt
+    gate.policy(narrow).check_model("small")
+    with pytest.raises(PermissionDenied) as exc:
+        gate.policy(narrow).check_model("large")
+    assert exc.value.code == "model_not_allowed"
+    assert gate.policy(wide).identity.tenant_id == a.id
+
+    async def run():
+        hold = await gate.policy(wide).reserve("large", 10)
+        with pytest.raises(RateLimited) as refused:
+            await gate.policy(narrow).reserve("small", 10)  # one concurrent request for tenant a
+        assert refused.value.retry_after_s is not None
+        assert refused.value.limits["x-ratelimit-remaining-requests"] == "0"
+        await hold.settle(5)
+        second = await gate.policy(narrow).reserve("small", 10)  # the slot came back
+        await second.settle(0)
 
     asyncio.run(run())
 

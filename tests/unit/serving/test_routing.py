@@ -1,11 +1,10 @@
+"""Routing by name, alias and `auto`; encoder results kept in the client's order."""
+
 import asyncio
 import random
 
 import pytest
 
-from api.protocol import ChatMessage
-from serving.fuser import prefix_hashes, segments_of
-from serving.ingest import plan_messages
 from serving.routing import ModalityUnsupported, PoolView, RouteRequest, UnknownModel, route
 
 SMALL = PoolView("small", ["8b"], ["text", "image", "audio"], 0, lambda: 1.0)
@@ -47,25 +46,12 @@ def test_auto_moves_away_from_a_saturated_pool():
     assert "saturated" in reason
 
 
-def _plan():
-    img = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}}
-    msgs = [
-        ChatMessage.model_validate(
-            {
-                "role": "user",
-                "content": [{"type": "text", "text": "compare"}, img, {"type": "text", "text": "and"}, img],
-            }
-        )
-    ]
-    return plan_messages(msgs, max_images=4)
-
-
 def test_images_return_in_client_order_whatever_finishes_first():
     """The pipeline's image results follow the client's order even when the encoder answers out of order."""
     from serving.encoders import ImageEmbedding, VisionGeometry
+    from serving.encoding import MediaEncoder
     from serving.media.images import LoadedImage
-    from serving.pipeline import Pipeline
-    from serving.pools import ModelPool, PoolRegistry
+    from serving.pools import ModelPool
     from tests import media
 
     class ShuffledVision:
@@ -83,19 +69,7 @@ def test_images_return_in_client_order_whatever_finishes_first():
     images = [media.image(i, (32, 32)) for i in range(6)]
     loaded = [LoadedImage(img, f"{i:064d}") for i, img in enumerate(images)]
     pool = ModelPool("p", None, vision=ShuffledVision())  # type: ignore[arg-type]
-    pipeline = Pipeline(PoolRegistry([pool]), None, None, max_images=8)  # type: ignore[arg-type]
-    embeds, cached = asyncio.run(pipeline._encode_images(pool, loaded))
+    encoder = MediaEncoder(None, None)  # type: ignore[arg-type]
+    embeds, cached = asyncio.run(encoder._encode_images(pool, loaded))
     assert [float(e.embeds[0, 0]) for e in embeds] == [float(img.getpixel((0, 0))[0]) for img in images]
     assert cached == 0
-
-
-def test_prefix_hashes_chain_over_segments():
-    plan = _plan()
-    a = prefix_hashes(segments_of(plan, ["k1", "k2"]))
-    b = prefix_hashes(segments_of(plan, ["k1", "k3"]))
-    swapped = prefix_hashes(segments_of(plan, ["k2", "k1"]))
-    assert len(a) == 5  # role header, text, image, text, image
-    assert a[:4] == b[:4]
-    assert a[4] != b[4]
-    assert swapped[2] != a[2]
-    assert len(set(a)) == len(a)

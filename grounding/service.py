@@ -1,7 +1,8 @@
-"""Grounding scores for finished requests, off the request path.
+"""Grounding scores for finished requests, off the request path: the grounding subscriber of completion records.
 
-A completed request that carried audio is scored after its usage row is written: the answer's claims against
-a transcript of the audio (see `grounding.scorer`). One worker thread does the scoring, so a burst of audio
+A completed request that carried audio is scored after its usage row is written (metering runs before this
+subscriber on the completion bus): the answer's claims against a transcript of the audio (see
+`grounding.scorer`). One worker thread does the scoring, so a burst of audio
 requests never takes more than one core from the engines; when more than `max_pending` requests wait, new ones
 go unscored (counted in `tessera_grounding_skipped`), because a score is a quality signal, not a bill.
 """
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -19,14 +19,19 @@ from prometheus_client import Counter, Histogram
 from sqlalchemy import Engine
 
 from db.usage import set_grounding_score
-from grounding import GroundingScorer
+from grounding.scorer import GroundingScorer
+from serving.background import BackgroundTasks
+from serving.record import CompletionRecord
 
 logger = logging.getLogger(__name__)
 
 
 class GroundingService:
-    def __init__(self, db: Engine, scorer: GroundingScorer, *, registry: Any, max_pending: int = 16) -> None:
+    def __init__(
+        self, db: Engine, scorer: GroundingScorer, tasks: BackgroundTasks, *, registry: Any, max_pending: int = 16
+    ) -> None:
         self._db = db
+        self._tasks = tasks
         self._scorer = scorer
         self._max_pending = max_pending
         self._pending = 0
@@ -44,43 +49,32 @@ class GroundingService:
         )
 
     @classmethod
-    def create(cls, db: Engine, *, registry: Any) -> GroundingService | None:
+    def create(cls, db: Engine, tasks: BackgroundTasks, *, registry: Any) -> GroundingService | None:
         """The service, or None (with a warning) when the scorer's model files are not installed."""
         try:
             scorer = GroundingScorer()
         except FileNotFoundError as exc:
             logger.warning("grounding scores are off: %s", exc)
             return None
-        return cls(db, scorer, registry=registry)
+        return cls(db, scorer, tasks, registry=registry)
 
-    def schedule(
-        self,
-        spawn: Callable[[Coroutine[Any, Any, Any]], Any],
-        after: asyncio.Task[Any] | None,
-        request_id: str,
-        answer: str,
-        audio: np.ndarray,
-    ) -> bool:
-        """Score one request once `after` (its usage write) is done; False when too many already wait."""
+    def __call__(self, record: CompletionRecord) -> None:
+        """Schedule a score for a completed request that carried audio; skipped when too many already wait."""
+        if record.status != "completed" or not record.audio:
+            return
         if self._pending >= self._max_pending:
             self.skipped.inc()
-            return False
+            return
         self._pending += 1
-        spawn(self._score(after, request_id, answer, audio))
-        return True
+        self._tasks.spawn(self._score(record.request_id, record.answer, record.audio[0]))
 
-    async def _score(self, after: asyncio.Task[Any] | None, request_id: str, answer: str, audio: np.ndarray) -> None:
+    async def _score(self, request_id: str, answer: str, audio: np.ndarray) -> None:
         try:
-            if after is not None:
-                await asyncio.wait([after])
-                if after.cancelled() or after.exception() is not None:
-                    return  # no usage row to put the score on; the usage log reported why
             loop = asyncio.get_running_loop()
             started = loop.time()
             score = await loop.run_in_executor(self._executor, self._scorer.score_request, answer, audio)
             self.seconds.observe(loop.time() - started)
-            if score is not None:
-                await asyncio.to_thread(set_grounding_score, self._db, request_id, score)
+            if score is not None and await asyncio.to_thread(set_grounding_score, self._db, request_id, score):
                 self.scored.inc()
         except Exception:
             self.failed.inc()

@@ -1,11 +1,14 @@
-"""Prometheus metrics of the API: latency histograms, request counts and live engine state."""
+"""Prometheus metrics of serving: latency histograms, request and token counts, and live engine state.
+
+`ServerMetrics.record_completion` subscribes to completion records; the collector reads the pools live.
+"""
 
 from __future__ import annotations
 
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -14,6 +17,7 @@ from prometheus_client.registry import Collector
 
 from serving.cache import EmbeddingCache
 from serving.pools import PoolRegistry
+from serving.record import CompletionRecord
 
 _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0)
 _ITL_BUCKETS = (0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5)
@@ -196,6 +200,24 @@ class ServerMetrics:
             registry=self.registry,
         )
 
+    def record_completion(self, record: CompletionRecord) -> None:
+        """The metrics subscriber of the completion bus."""
+        model = record.model
+        if record.ttft_s is not None:
+            self.ttft.labels(model).observe(record.ttft_s)
+        itl = self.itl.labels(model)
+        for gap, tokens in record.token_gaps:
+            for _ in range(tokens):
+                itl.observe(gap / tokens)
+        self.e2e.labels(model).observe(record.total_s)
+        self.live.finished(model, record.ttft_s)
+        self.requests.labels(model, modality_mix(record.modalities), record.status).inc()
+        usage = record.usage
+        for modality, count in (("text", usage.text), ("image", usage.image), ("audio", usage.audio)):
+            if count:
+                self.prompt_tokens.labels(model, modality).inc(count)
+        self.completion_tokens.labels(model).inc(usage.completion)
+
     def attach_pools(self, pools: PoolRegistry, cache: EmbeddingCache | None = None) -> None:
         self.registry.register(_EngineCollector(pools, cache))
 
@@ -203,5 +225,6 @@ class ServerMetrics:
         return generate_latest(self.registry)
 
 
-def modality_mix(modalities: set[str]) -> str:
-    return "+".join(m for m in ("text", "image", "audio") if m in modalities)
+def modality_mix(modalities: Iterable[str]) -> str:
+    present = set(modalities)
+    return "+".join(m for m in ("text", "image", "audio") if m in present)

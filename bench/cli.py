@@ -1,0 +1,55 @@
+"""The `tessera bench` subcommands: their arguments (`add_bench_parser`) and dispatch (`run_bench`)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+SMOKE_HELP = "Tiny counts that still run every step, live server included (a minute or two), to check the bench works."
+
+
+def add_bench_parser(subparsers: Any) -> None:
+    """Adds `bench pipeline|latency|tenancy`, each with `--json PATH` (required) and `--smoke`."""
+    bench = subparsers.add_parser("bench", help="Benchmarks (each writes JSON; --smoke for a quick check).")
+    kinds = bench.add_subparsers(dest="bench_command", required=True)
+    pipe = kinds.add_parser("pipeline", help="Encoder pools, embedding cache and admission vs the plain path.")
+    latency = kinds.add_parser("latency", help="Server start-up, TTFT and decode rate per model and modality.")
+    latency.add_argument("--repeats", type=int, help="Timed requests per model and modality (default 3; smoke 1).")
+    latency.add_argument("--max-tokens", type=int, help="Completion length (default 32; smoke 4).")
+    tenancy = kinds.add_parser("tenancy", help="What tenant auth, quotas and metering add per request.")
+    tenancy.add_argument("--requests", type=int, help="Timed requests per side (default 100; smoke 5).")
+    tenancy.add_argument("--redis-url", default=None, help="Redis for the rate limits (default db 4 on localhost).")
+    for p in (pipe, latency, tenancy):
+        p.add_argument("--json", type=Path, required=True, help="Where to write the results.")
+        p.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
+
+
+def run_bench(args: argparse.Namespace) -> None:
+    """Runs the chosen bench; a bench that cannot measure what it promised exits non-zero with the reason."""
+    from api.settings import Settings
+    from bench.common import BenchFailure
+
+    settings = Settings()
+    try:
+        if args.bench_command == "pipeline":
+            from bench.pipeline import run_pipeline_bench
+
+            run_pipeline_bench(args.json, settings, smoke=args.smoke)
+        elif args.bench_command == "latency":
+            from bench.latency import run_latency_bench
+
+            run_latency_bench(args.json, settings, smoke=args.smoke, repeats=args.repeats, max_tokens=args.max_tokens)
+        else:
+            from bench.tenancy import DEFAULT_REDIS_URL, run_tenancy_bench
+
+            run_tenancy_bench(
+                args.json,
+                settings,
+                smoke=args.smoke,
+                requests=args.requests,
+                redis_url=args.redis_url or DEFAULT_REDIS_URL,
+            )
+    except BenchFailure as exc:
+        notes = "".join(f"\n{n}" for n in getattr(exc, "__notes__", []))
+        raise SystemExit(f"bench {args.bench_command} failed: {exc}{notes}") from exc

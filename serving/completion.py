@@ -1,0 +1,214 @@
+"""The lease that owns one request from admission to its last delta: `Completion`.
+
+A `Completion` holds the caller's quota reservation, the pool's KV-admission ticket and the engine stream.
+It is an async iterator of engine deltas and an async context manager. However it ends (completed, cancelled,
+client gone, engine dead, exception) it releases each of them exactly once, aborts the engine request when
+it did not finish, and publishes one immutable `CompletionRecord`. No caller releases anything by hand.
+
+Every release is synchronous or handed to a background task, so a cancelled request cannot skip one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+from serving.background import BackgroundTasks
+from serving.engine import EngineDelta, EngineRequest
+from serving.policy import CallerIdentity, QuotaHold
+from serving.pools import ModelPool
+from serving.record import CompletionBus, CompletionRecord, TokenUsage
+
+
+@dataclass(frozen=True)
+class Submission:
+    """What the service decided before the engine saw the request."""
+
+    request_id: str
+    created: int  # unix seconds
+    pool: ModelPool
+    engine_request: EngineRequest
+    route_reason: str
+    modalities: frozenset[str]
+    caller: CallerIdentity
+    started: float  # monotonic, when the request arrived
+    submitted: float  # monotonic, when it left for the engine
+    limits: dict[str, str] = field(default_factory=dict)  # the caller's rate-limit counters
+    cached_media_tokens: dict[str, int] = field(default_factory=dict)
+    degraded: tuple[str, ...] = ()
+    audio: tuple[Any, ...] = ()
+
+
+class Settlement:
+    """Settles the caller's quota hold once, with the tokens the request used: 0 when refused before the
+    engine, which the lease's release stack guarantees by registering it as soon as the hold exists."""
+
+    def __init__(self, hold: QuotaHold, tasks: BackgroundTasks) -> None:
+        self.hold = hold
+        self.used_tokens = 0
+        self._tasks = tasks
+
+    def __call__(self) -> None:
+        self._tasks.spawn(self.hold.settle(self.used_tokens))
+
+
+class Completion:
+    def __init__(
+        self,
+        submission: Submission,
+        releases: ExitStack,
+        settlement: Settlement | None,
+        bus: CompletionBus,
+        tasks: BackgroundTasks,
+    ) -> None:
+        self.submission = submission
+        self._releases = releases
+        self._settlement = settlement
+        self._bus = bus
+        self._tasks = tasks
+        self._stream: AsyncIterator[EngineDelta] = submission.pool.engine.generate(submission.engine_request)
+        self.prompt_token_ids: list[int] = []
+        self.token_ids: list[int] = []
+        self._text: list[str] = []
+        self._cached_tokens = 0
+        self._gaps: list[tuple[float, int]] = []
+        self.first_token_at: float | None = None
+        self._last_token_at: float | None = None
+        self.finish_reason: str | None = None
+        self._status: str | None = None
+        self._closed = False
+
+    # -- identity ------------------------------------------------------------------------------------------
+
+    @property
+    def request_id(self) -> str:
+        return self.submission.request_id
+
+    @property
+    def model(self) -> str:
+        return self.submission.pool.name
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # -- the stream ----------------------------------------------------------------------------------------
+
+    def __aiter__(self) -> Completion:
+        return self
+
+    async def __anext__(self) -> EngineDelta:
+        if self._closed:
+            raise StopAsyncIteration
+        try:
+            delta = await anext(self._stream)
+        except StopAsyncIteration:
+            self._status = "completed"
+            await self.aclose()
+            raise
+        except (asyncio.CancelledError, GeneratorExit):
+            self._status = "cancelled"
+            self._end()
+            raise
+        except BaseException:
+            self._status = "failed"
+            await self.aclose()
+            raise
+        self._observe(delta)
+        return delta
+
+    async def __aenter__(self) -> Completion:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._status is None and exc_type is not None:
+            cancelled = issubclass(exc_type, (asyncio.CancelledError, GeneratorExit))
+            self._status = "cancelled" if cancelled else "failed"
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """End the lease; a completion closed before its engine finished counts as cancelled."""
+        self._end()
+        close = getattr(self._stream, "aclose", None)
+        if close is not None:
+            await close()
+
+    def _end(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._status = self._status or "cancelled"
+        if self.finish_reason is None:
+            self._tasks.spawn(self.submission.pool.engine.abort(self.request_id))
+        record = self.record()
+        if self._settlement is not None:
+            self._settlement.used_tokens = record.usage.total
+        try:
+            self._releases.close()
+        finally:
+            self._bus.publish(record)
+
+    def _observe(self, delta: EngineDelta) -> None:
+        now = time.monotonic()
+        if delta.prompt_token_ids:
+            self.prompt_token_ids = delta.prompt_token_ids
+        self._cached_tokens = max(self._cached_tokens, delta.num_cached_tokens)
+        if delta.token_ids:
+            if self.first_token_at is None:
+                self.first_token_at = now
+            elif self._last_token_at is not None:
+                self._gaps.append((now - self._last_token_at, len(delta.token_ids)))
+            self._last_token_at = now
+            self.token_ids.extend(delta.token_ids)
+        if delta.text:
+            self._text.append(delta.text)
+        if delta.finish_reason is not None:
+            self.finish_reason = delta.finish_reason
+
+    # -- accounting ----------------------------------------------------------------------------------------
+
+    @property
+    def text(self) -> str:
+        return "".join(self._text)
+
+    def usage(self) -> TokenUsage:
+        media = self.submission.pool.count_media_tokens(self.prompt_token_ids)
+        image, audio = media.get("image", 0), media.get("audio", 0)
+        prompt = len(self.prompt_token_ids)
+        cached = self.submission.cached_media_tokens
+        return TokenUsage(
+            prompt=prompt,
+            completion=len(self.token_ids),
+            cached=self._cached_tokens,
+            text=prompt - image - audio,
+            image=image,
+            audio=audio,
+            cached_image=cached.get("image", 0),
+            cached_audio=cached.get("audio", 0),
+        )
+
+    def record(self) -> CompletionRecord:
+        s = self.submission
+        now = time.monotonic()
+        return CompletionRecord(
+            request_id=s.request_id,
+            model=s.pool.name,
+            modalities=s.modalities,
+            status=self._status or "cancelled",
+            finish_reason=self.finish_reason,
+            usage=self.usage(),
+            caller=s.caller,
+            answer=self.text,
+            audio=s.audio,
+            pre_engine_s=s.submitted - s.started,
+            ttft_s=None if self.first_token_at is None else self.first_token_at - s.started,
+            total_s=now - s.started,
+            token_gaps=tuple(self._gaps),
+        )

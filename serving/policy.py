@@ -1,0 +1,72 @@
+"""The caller policy: what serving asks of whoever sends a request. Serving defines it; tenancy implements it.
+
+Serving knows nothing of tenants, keys or budgets. It asks the caller three things, in this order, and the
+lease (`serving.completion`) gives back what it took on every exit:
+1. may this caller use the chosen model (`check_model`, before any media is fetched when the model is named);
+2. which prefix-cache salt keeps its KV blocks apart from other callers' (`cache_salt`);
+3. a reservation of the request's worst-case tokens (`reserve`), settled to what was used when it ends.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class CallerIdentity:
+    """Who a completion is billed to; it travels on the completion record."""
+
+    tenant_id: str | None = None
+    key_id: str | None = None
+
+
+class QuotaHold(Protocol):
+    """A caller's reservation for one request, held by the lease until the request ends."""
+
+    @property
+    def limits(self) -> dict[str, str]:
+        """Rate-limit counters to show the client (e.g. `x-ratelimit-remaining-tokens`)."""
+        ...
+
+    async def settle(self, used_tokens: int) -> None:
+        """Reconcile the reservation to the tokens used (0 when refused before the engine) and free it."""
+        ...
+
+
+class CallerPolicy(Protocol):
+    @property
+    def identity(self) -> CallerIdentity: ...
+
+    @property
+    def cache_salt(self) -> str | None: ...
+
+    def check_model(self, model: str) -> None:
+        """Raise `PermissionDenied` when this caller may not use `model`."""
+        ...
+
+    async def reserve(self, model: str, tokens: int) -> QuotaHold:
+        """Reserve `tokens` on `model`, or raise `RateLimited` / `QuotaExceeded`."""
+        ...
+
+
+@dataclass(frozen=True)
+class _NoHold:
+    limits: dict[str, str] = field(default_factory=dict)
+
+    async def settle(self, used_tokens: int) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class OpenCaller:
+    """A caller without limits: for tools that drive the service directly, never for network clients."""
+
+    identity: CallerIdentity = CallerIdentity()
+    cache_salt: str | None = None
+
+    def check_model(self, model: str) -> None:
+        return None
+
+    async def reserve(self, model: str, tokens: int) -> QuotaHold:
+        return _NoHold()

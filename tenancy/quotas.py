@@ -1,0 +1,125 @@
+"""The tenant's caller policy: model permission, prefix-cache salt, budgets and rate limits.
+
+`QuotaGate.policy(principal)` is what the API and the console hand to `InferenceService.start`, so both
+callers are salted, limited and metered the same way. A request reserves its worst-case tokens against the
+tenant's tokens-per-minute and concurrency limits (and is checked against its monthly budgets); the lease
+settles the reservation to the tokens used when the request ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from dataclasses import dataclass, field
+
+from sqlalchemy import Engine
+
+from serving.errors import PermissionDenied, QuotaExceeded, RateLimited
+from serving.policy import CallerIdentity, QuotaHold
+from tenancy.directory import Principal
+from tenancy.limits import Limits, RateLimiter, Reservation
+from tenancy.metering import spent_this_month
+
+
+def cache_salt(principal: Principal) -> str:
+    """Prefix-cache salt of the caller's tenant: tenants never share KV blocks."""
+    owner = principal.tenant_id or f"key:{principal.key_id}"
+    return hashlib.sha256(f"tessera-kv:{owner}".encode()).hexdigest()[:32]
+
+
+@dataclass
+class TenantHold:
+    """One request's reservation against its tenant's limits."""
+
+    gate: QuotaGate
+    reservation: Reservation | None
+    limits: dict[str, str] = field(default_factory=dict)
+
+    async def settle(self, used_tokens: int) -> None:
+        if self.reservation is None:
+            return
+        reservation, self.reservation = self.reservation, None
+        await self.gate.settle(reservation, used_tokens)
+
+
+@dataclass(frozen=True)
+class TenantPolicy:
+    principal: Principal
+    gate: QuotaGate
+
+    @property
+    def identity(self) -> CallerIdentity:
+        return CallerIdentity(self.principal.tenant_id, self.principal.key_id)
+
+    @property
+    def cache_salt(self) -> str:
+        return cache_salt(self.principal)
+
+    def check_model(self, model: str) -> None:
+        if not self.principal.may_use(model):
+            raise PermissionDenied(
+                f"this API key may not use the model '{model}'", param="model", code="model_not_allowed"
+            )
+
+    async def reserve(self, model: str, tokens: int) -> QuotaHold:
+        self.check_model(model)
+        return await self.gate.reserve(self.principal, tokens)
+
+
+class QuotaGate:
+    def __init__(self, limiter: RateLimiter, db: Engine, *, budget_cache_s: float = 5.0) -> None:
+        self._limiter = limiter
+        self._db = db
+        self._budget_cache_s = budget_cache_s
+        self._month: dict[str, tuple[float, int, int]] = {}  # tenant -> (valid until, tokens, cost micros)
+
+    def policy(self, principal: Principal) -> TenantPolicy:
+        return TenantPolicy(principal, self)
+
+    async def reserve(self, principal: Principal, tokens: int) -> TenantHold:
+        quota = principal.quota
+        if principal.tenant_id is None or quota is None:
+            return TenantHold(self, None)
+        if quota.monthly_token_budget is not None or quota.monthly_cost_budget_micros is not None:
+            tokens_used, cost_used = await self._spent(principal.tenant_id)
+            over_tokens = quota.monthly_token_budget is not None and tokens_used + tokens > quota.monthly_token_budget
+            over_cost = quota.monthly_cost_budget_micros is not None and cost_used >= quota.monthly_cost_budget_micros
+            if over_tokens or over_cost:
+                what = "token" if over_tokens else "spending"
+                raise QuotaExceeded(
+                    f"the monthly {what} budget of this tenant is spent; raise it or wait for the next month"
+                )
+        decision = await self._limiter.reserve(
+            principal.tenant_id, tokens, Limits(quota.tokens_per_minute, quota.concurrent_requests)
+        )
+        counters = {k: v for k, v in decision.headers().items() if k.startswith("x-ratelimit")}
+        if decision.reservation is None:
+            what = "concurrent requests" if decision.reason == "concurrency" else "tokens per minute"
+            raise RateLimited(
+                f"rate limit reached for {what}: limit {decision.limit_tokens} tokens / "
+                f"{decision.limit_requests} concurrent; this request needs {tokens} tokens",
+                retry_after_s=max(decision.reset_s, 0.001),
+                limits=counters,
+            )
+        return TenantHold(self, decision.reservation, counters)
+
+    async def settle(self, reservation: Reservation, used_tokens: int) -> None:
+        """Reconcile the reservation to what was used and free the slot; the slot is freed even when the
+        reconciliation fails."""
+        try:
+            await self._limiter.reconcile(reservation, used_tokens)
+        finally:
+            await self._limiter.release(reservation)
+        cached = self._month.get(reservation.tenant)
+        if cached is not None:
+            self._month[reservation.tenant] = (cached[0], cached[1] + used_tokens, cached[2])
+
+    async def _spent(self, tenant_id: str) -> tuple[int, int]:
+        now = time.monotonic()
+        cached = self._month.get(tenant_id)
+        if cached is None or cached[0] < now:
+            tokens, cost = await asyncio.to_thread(spent_this_month, self._db, tenant_id)
+            self._month[tenant_id] = (now + self._budget_cache_s, tokens, cost)
+            return tokens, cost
+        return cached[1], cached[2]

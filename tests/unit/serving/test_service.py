@@ -1,0 +1,163 @@
+"""The lease around a stub engine: every exit releases the KV ticket and the quota hold exactly once, aborts
+an unfinished engine request, and publishes exactly one completion record; refusals hold nothing."""
+
+import asyncio
+
+import pytest
+
+from api.protocol import ChatMessage
+from serving.encoders import EncoderFailure, VisionGeometry
+from serving.engine import GenerationParams
+from serving.errors import EngineUnavailable, PermissionDenied
+from serving.service import GenerationRequest
+from tests import media
+from tests.stubs import RecordingCaller, StubEngine, harness
+
+
+class _BrokenVision:
+    identity = "broken"
+    geometry = VisionGeometry(14, 2, 56 * 56, 224 * 224)
+
+    async def encode(self, image):
+        raise EncoderFailure("the vision encoder pool is overloaded", reason="overloaded")
+
+
+def _request(*, image=False, allow_degraded=False, model="stub", max_tokens=16):
+    content = [{"type": "text", "text": "look"}]
+    if image:
+        content.append({"type": "image_url", "image_url": {"url": media.png_data_url(1)}})
+    msg = ChatMessage.model_validate({"role": "user", "content": content})
+    return GenerationRequest(model, [msg], GenerationParams(max_tokens), allow_degraded=allow_degraded)
+
+
+async def _settle(h):
+    await asyncio.sleep(0)
+    await h.tasks.drain()
+
+
+def test_completed_stream_releases_once_and_publishes_one_record():
+    h = harness()
+    caller = RecordingCaller()
+
+    async def run():
+        completion = await h.service.start(_request(), caller)
+        assert h.pool.admission.in_use > 0
+        async with completion:
+            texts = [d.text async for d in completion]
+        await _settle(h)
+        return texts
+
+    texts = asyncio.run(run())
+    assert "".join(texts) == "Hello!"
+    assert h.pool.admission.in_use == 0
+    assert caller.settled == [7]  # 4 prompt tokens + 3 output tokens
+    assert h.engine.aborted == []  # it finished on its own
+    assert [r.status for r in h.records] == ["completed"]
+    record = h.records[0]
+    assert (record.usage.prompt, record.usage.image, record.usage.text, record.usage.completion) == (4, 2, 2, 3)
+    assert record.caller.tenant_id == "tenant-a"
+    assert record.finish_reason == "length"
+    assert h.engine.requests[0].cache_salt == "salt-a"
+    assert caller.reserved[0][0] == "stub"
+    assert caller.reserved[0][1] >= 16  # the estimate plus max_tokens
+
+
+@pytest.mark.parametrize("how", ["close", "cancel", "exception"])
+def test_every_early_exit_aborts_the_engine_and_releases_once(how):
+    h = harness(StubEngine(hang_at=1))
+    caller = RecordingCaller()
+
+    async def consume(completion):
+        async with completion:
+            async for _ in completion:
+                if how == "exception":
+                    raise RuntimeError("the renderer failed")
+
+    async def run():
+        completion = await h.service.start(_request(), caller)
+        if how == "close":
+            await anext(completion)
+            await completion.aclose()
+            await completion.aclose()  # idempotent
+        elif how == "cancel":
+            task = asyncio.create_task(consume(completion))
+            await asyncio.sleep(0.05)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        else:
+            with pytest.raises(RuntimeError):
+                await consume(completion)
+        await _settle(h)
+        return completion
+
+    completion = asyncio.run(run())
+    assert h.engine.aborted == [completion.request_id]
+    assert h.pool.admission.in_use == 0
+    assert caller.settled == [5]  # the 4-token prompt and the one token delivered
+    assert [r.status for r in h.records] == ["failed" if how == "exception" else "cancelled"]
+
+
+def test_engine_death_mid_stream_fails_the_record():
+    h = harness(StubEngine(fail_at=2))
+    caller = RecordingCaller()
+
+    async def drain(completion):
+        async with completion:
+            async for _ in completion:
+                pass
+
+    async def run():
+        completion = await h.service.start(_request(), caller)
+        with pytest.raises(EngineUnavailable):
+            await drain(completion)
+        await _settle(h)
+
+    asyncio.run(run())
+    assert [r.status for r in h.records] == ["failed"]
+    assert h.records[0].usage.completion == 2
+    assert caller.settled == [6]
+    assert h.pool.admission.in_use == 0
+
+
+def test_refusals_hold_nothing_and_publish_nothing():
+    h = harness()
+    caller = RecordingCaller(allowed={"other"})
+    with pytest.raises(PermissionDenied):
+        asyncio.run(h.service.start(_request(image=True), caller))
+    assert caller.reserved == []  # refused before any media was fetched or tokens reserved
+    assert h.records == []
+    h2 = harness(vision=_BrokenVision())
+    caller2 = RecordingCaller()
+
+    async def run():
+        with pytest.raises(EncoderFailure) as exc:
+            await h2.service.start(_request(image=True), caller2)
+        await _settle(h2)
+        return exc.value
+
+    error = asyncio.run(run())
+    assert error.code == "encoder_unavailable"
+    assert h2.pool.admission.in_use == 0  # the ticket came back
+    assert caller2.settled == [0]  # the reservation came back, with nothing used
+    assert h2.records == []
+
+
+def test_degraded_request_drops_the_media_and_says_so():
+    h = harness(vision=_BrokenVision())
+    caller = RecordingCaller()
+
+    async def run():
+        completion = await h.service.start(_request(image=True, allow_degraded=True), caller)
+        await completion.aclose()
+        await _settle(h)
+        return completion
+
+    completion = asyncio.run(run())
+    request = h.engine.requests[0] if h.engine.requests else completion.submission.engine_request
+    assert completion.submission.degraded == ("image",)
+    assert request.images == []
+    assert request.image_embeds is None
+    assert '"image"' not in request.prompt
+    assert completion.submission.modalities == frozenset({"text"})
+    assert h.pool.admission.in_use == 0
