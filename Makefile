@@ -1,5 +1,5 @@
-# Tessera: `make run` serves the embedded default, `make test` runs the whole suite.
-.PHONY: setup run test lint typecheck unit integration demo-models bench clean
+# Tessera: `make run` serves the embedded default, `make test` runs the whole suite and every bench's --smoke.
+.PHONY: setup run test lint typecheck unit integration demo-models bench bench-smoke clean
 
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -22,12 +22,26 @@ typecheck: setup
 
 test: setup lint typecheck
 	$(PY) -m pytest tests -q
+	$(MAKE) --no-print-directory bench-smoke
 
 unit: setup
 	$(PY) -m pytest tests/unit -q
 
 integration: setup
 	$(PY) -m pytest tests/integration -q
+
+# Each bench once with tiny counts (every step, live server included), so a change that breaks a bench fails
+# the build. One live server at a time; results in artifacts/bench-smoke/.
+bench-smoke: setup
+	$(VENV)/bin/tessera bench pipeline --smoke --json artifacts/bench-smoke/pipeline.json
+	$(VENV)/bin/tessera bench latency --smoke --json artifacts/bench-smoke/latency.json
+	$(VENV)/bin/tessera bench tenancy --smoke --json artifacts/bench-smoke/tenancy.json
+
+# The full benches (about 5, 2 and 2 minutes on 2 cores).
+bench: setup
+	$(VENV)/bin/tessera bench pipeline --json artifacts/bench_pipeline.json
+	$(VENV)/bin/tessera bench latency --json artifacts/bench_latency.json
+	$(VENV)/bin/tessera bench tenancy --json artifacts/bench_tenancy.json
 
 clean:
 	rm -rf $(VENV) .tessera .pytest_cache .mypy_cache .ruff_cache

@@ -72,7 +72,7 @@ class ConsoleController(Controller):
             base_url=str(request.base_url).rstrip("/") + "/v1",
         )
 
-    @post("/playground/run")
+    @post("/playground/run", status_code=200)
     async def run(
         self,
         signed_in: Principal,
