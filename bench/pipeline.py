@@ -8,7 +8,8 @@ Writes JSON with:
   requests / without the burst, with admission on and off (live engines).
 
 The live steps share one server with three pools on the `small` checkpoint: `small` (defaults) for the cache,
-and `adm-on` / `adm-off`, each with a deliberately small KV cache, for admission on and off.
+and `adm-on` / `adm-off`, each with a deliberately small KV cache, for admission on and off. `--smoke` leaves
+out `small` (one engine start less) and times the cache on `adm-on`.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class PipelineSizes:
     admission_burst: int = 24
     admission_text_streams: int = 12
     admission_burst_tokens: int = 400
+    cache_pool: str = "small"
 
 
 FULL = PipelineSizes()
@@ -49,17 +51,15 @@ SMOKE = PipelineSizes(
     admission_burst=3,
     admission_text_streams=2,
     admission_burst_tokens=16,
+    cache_pool="adm-on",
 )
 
 
-def _live_pools(small_checkpoint: Path) -> list[dict[str, Any]]:
+def _live_pools(small_checkpoint: Path, sizes: PipelineSizes) -> list[dict[str, Any]]:
     # About 40 KV blocks of 128 tokens: a burst of three-image requests asks for more KV than the engine has.
     tiny = {"model": str(small_checkpoint), "kv_cache_gib": 0.01, "max_model_len": 2048, "max_num_seqs": 32}
-    return [
-        {"name": "small"},
-        {"name": "adm-on", **tiny, "admission": True},
-        {"name": "adm-off", **tiny, "admission": False},
-    ]
+    admission = [{"name": "adm-on", **tiny, "admission": True}, {"name": "adm-off", **tiny, "admission": False}]
+    return admission if sizes.cache_pool == "adm-on" else [{"name": sizes.cache_pool}, *admission]
 
 
 def _media_request(model: str, seeds: list[int], max_tokens: int = 4) -> dict[str, Any]:
@@ -79,7 +79,9 @@ async def _warm(server: LiveServer, model: str, seeds: list[int]) -> None:
         await ttft(http, server.base, server.key, _media_request(model, seeds))
 
 
-def cache_ttft(server: LiveServer, progress: Progress, rounds: int = 5, images: int = 8) -> dict[str, Any]:
+def cache_ttft(
+    server: LiveServer, progress: Progress, rounds: int = 5, images: int = 8, model: str = "small"
+) -> dict[str, Any]:
     """Median TTFT of the same media-heavy request, first (encoder) and again (embedding cache)."""
 
     async def go() -> tuple[list[float], list[float]]:
@@ -87,11 +89,11 @@ def cache_ttft(server: LiveServer, progress: Progress, rounds: int = 5, images: 
             misses, hits = [], []
             for r in range(rounds):
                 seeds = [7000 + r * images + i for i in range(images)]
-                misses.append(await ttft(http, server.base, server.key, _media_request("small", seeds)))
-                hits.append(await ttft(http, server.base, server.key, _media_request("small", seeds)))
+                misses.append(await ttft(http, server.base, server.key, _media_request(model, seeds)))
+                hits.append(await ttft(http, server.base, server.key, _media_request(model, seeds)))
             return misses, hits
 
-    asyncio.run(_warm(server, "small", [1, 2]))
+    asyncio.run(_warm(server, model, [1, 2]))
     hits_before = metric(server.base, "tessera_embedding_cache_lookups_total", kind="image", outcome="hit")
     misses, hits = asyncio.run(go())
     cache_hits = metric(server.base, "tessera_embedding_cache_lookups_total", kind="image", outcome="hit") - hits_before
@@ -103,6 +105,7 @@ def cache_ttft(server: LiveServer, progress: Progress, rounds: int = 5, images: 
     return {
         "cache_hit_ttft_ratio": round(hit / miss, 3),
         "cache_ttft_detail": {
+            "model": model,
             "images": images,
             "rounds": rounds,
             "miss_ms": round(miss * 1000, 1),
@@ -216,12 +219,14 @@ def run_pipeline_bench(out: Path, settings: Settings, smoke: bool = False, progr
         lambda: cache_workload(models["large"], progress, requests=sizes.cache_requests),
     )
     progress("starting the live server for steps 3-4")
-    with live_server(settings.demo_dir(), _live_pools(models["small"]), progress) as server:
+    with live_server(settings.demo_dir(), _live_pools(models["small"], sizes), progress) as server:
         report["server_startup_s"] = round(server.startup_s, 1)
         step(
             3,
             "embedding cache: TTFT on hit vs miss (live engine)",
-            lambda: cache_ttft(server, progress, rounds=sizes.ttft_rounds, images=sizes.ttft_images),
+            lambda: cache_ttft(
+                server, progress, rounds=sizes.ttft_rounds, images=sizes.ttft_images, model=sizes.cache_pool
+            ),
         )
         step(
             4,

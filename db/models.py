@@ -37,7 +37,6 @@ class ApiKey(SQLModel, table=True):
     allowed_models: str | None = None  # comma-separated pool names; null means every model
     expires_at: datetime | None = None
     revoked_at: datetime | None = None
-    last_used_at: datetime | None = None
     created_at: datetime = Field(default_factory=utcnow)
 
 

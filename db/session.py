@@ -6,7 +6,6 @@ import logging
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event
-from sqlmodel import Session
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +66,3 @@ def downgrade(url: str, revision: str) -> None:
     from alembic import command
 
     command.downgrade(alembic_config(url), revision)
-
-
-def session(engine: Engine) -> Session:
-    return Session(engine)

@@ -3,8 +3,8 @@
 A transport wraps the real one and tees the body of each `.../chat/completions` response through a checker:
 a JSON body must be a completion (2xx) or an error (otherwise); an event stream must be chunks, or an error
 event, then `data: [DONE]`. Streams still stream: each event is checked when its bytes arrive, and the body is
-never held back. What does not conform goes into `VIOLATIONS`, which tests/conftest.py asserts empty after every
-test, so the test that received it fails even if it expected, say, an `openai.APIError`.
+never held back. What does not conform goes into `VIOLATIONS`, which a hook in tests/conftest.py empties after
+each test and fails the test on, so a test fails even if it expected, say, an `openai.APIError`.
 
 The openai SDK is built on httpx2 and the tests' raw calls on httpx: both have the same transport interface, so
 each gets a transport class of its own from one definition.

@@ -26,9 +26,21 @@ def _indexes(url, table):
         engine.dispose()
 
 
+def _columns(url, table):
+    engine = create_engine(url)
+    try:
+        return {c["name"] for c in inspect(engine).get_columns(table)}
+    finally:
+        engine.dispose()
+
+
 def _roundtrip(url):
     upgrade(url)
     assert "inference_requests" in _tables(url)
+    assert "last_used_at" not in _columns(url, "api_keys")
+    downgrade(url, "0004")
+    assert "last_used_at" in _columns(url, "api_keys")
+    upgrade(url)
     assert "ix_inference_requests_tenant_created" in _indexes(url, "inference_requests")
     downgrade(url, "base")
     assert "inference_requests" not in _tables(url)
