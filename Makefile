@@ -37,7 +37,7 @@ bench-smoke: setup
 	$(VENV)/bin/tessera bench latency --smoke --json artifacts/bench-smoke/latency.json
 	$(VENV)/bin/tessera bench tenancy --smoke --json artifacts/bench-smoke/tenancy.json
 
-# The full benches (about 5, 2 and 2 minutes on 2 cores).
+# The full benches (about 3, 2 and 1 minutes on 2 cores).
 bench: setup
 	$(VENV)/bin/tessera bench pipeline --json artifacts/bench_pipeline.json
 	$(VENV)/bin/tessera bench latency --json artifacts/bench_latency.json

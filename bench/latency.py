@@ -1,8 +1,4 @@
-"""`tessera bench latency`: server start-up, then TTFT and decode rate per demo checkpoint for text, image and audio.
-
-Starts its own server (the embedded default's pools `small` and `large`), streams each request and writes
-medians to JSON.
-"""
+"""`tessera bench latency`: server start-up, then TTFT and decode rate per demo checkpoint, text, image, audio."""
 
 from __future__ import annotations
 
@@ -74,6 +70,8 @@ def run_latency_bench(
     max_tokens: int | None = None,
     progress: Progress = print,
 ) -> dict[str, Any]:
+    """Starts its own server (the embedded default's pools `small` and `large`), streams each request, and
+    writes medians per model and modality to `out`."""
     from serving.demo_models import build_demo_checkpoints
 
     repeats = repeats or (1 if smoke else 3)

@@ -1,16 +1,4 @@
-"""`tessera bench pipeline`: the pipeline's worth against the plain path, measured side by side in one run.
-
-Writes JSON with:
-- microbatch_speedup: vision-pool throughput on a burst of 32 images, micro-batched / one at a time.
-- cache_encoder_seconds_ratio: mean encoder-seconds per request on a 30%-repeat workload, cache / no cache.
-- cache_hit_ttft_ratio: median TTFT of a media-heavy request on an embedding-cache hit / on a miss (live engine).
-- admission: preemptions (the engine's own counter) and text-only p99 TTFT under a burst of three-image
-  requests / without the burst, with admission on and off (live engines).
-
-The live steps share one server with three pools on the `small` checkpoint: `small` (defaults) for the cache,
-and `adm-on` / `adm-off`, each with a deliberately small KV cache, for admission on and off. `--smoke` leaves
-out `small` (one engine start less) and times the cache on `adm-on`.
-"""
+"""`tessera bench pipeline`: the pipeline's worth against the plain path, its live steps, and the run's order."""
 
 from __future__ import annotations
 
@@ -194,6 +182,18 @@ CHECKS = {
 
 
 def run_pipeline_bench(out: Path, settings: Settings, smoke: bool = False, progress: Progress = print) -> dict:
+    """Writes JSON to `out` (after every step) with:
+
+    - microbatch_speedup: vision-pool throughput on a burst of 32 images, micro-batched / one at a time.
+    - cache_encoder_seconds_ratio: mean encoder-seconds per request on a 30%-repeat workload, cache / no cache.
+    - cache_hit_ttft_ratio: median TTFT of a media-heavy request on an embedding-cache hit / on a miss.
+    - admission: preemptions (the engine's own counter) and text-only p99 TTFT under a burst of three-image
+      requests / without the burst, with admission on and off.
+
+    The live steps share one server with three pools on the `small` checkpoint: `small` (defaults) for the
+    cache, and `adm-on` / `adm-off`, each with a deliberately small KV cache, for admission on and off.
+    `--smoke` leaves out `small` (one engine start less) and times the cache on `adm-on`.
+    """
     from serving.demo_models import build_demo_checkpoints
 
     sizes = SMOKE if smoke else FULL

@@ -86,6 +86,9 @@ def _server_env(port: int, data: str, models_dir: Path, pools: list[dict[str, An
             "TESSERA_MODELS_DIR": str(models_dir.resolve()),
             "TESSERA_POOLS": json.dumps(pools),
             "TESSERA_LOG_LEVEL": "WARNING",
+            # The admission step's burst queues for KV on purpose; on a slower machine than ours the default
+            # 30 s wait would turn that queueing into 503s and end the bench.
+            "TESSERA_ADMISSION_MAX_WAIT_S": "300",
             **extra,
         }
     )

@@ -1,9 +1,4 @@
-"""`tessera bench tenancy`: what tenant auth, quotas and metering add to the request path, side by side.
-
-Requests alternate between a tenant key (key lookup, monthly budget, TPM and concurrency reserve on Redis,
-reconcile, usage row plus billing outbox) and the static admin key (constant-time compare only; no tenant,
-so no quota and no outbox). Both run on the same server and engine.
-"""
+"""`tessera bench tenancy`: what tenant auth, quotas and metering add to the request path, side by side."""
 
 from __future__ import annotations
 
@@ -80,6 +75,9 @@ def run_tenancy_bench(
     redis_url: str = DEFAULT_REDIS_URL,
     progress: Progress = print,
 ) -> dict[str, Any]:
+    """Requests alternate between a tenant key (key lookup, monthly budget, TPM and concurrency reserve on
+    Redis, reconcile, usage row plus billing outbox) and the static admin key (constant-time compare only; no
+    tenant, so no quota and no outbox), on the same server and engine. Writes p50s of both to `out`."""
     from serving.demo_models import build_demo_checkpoints
 
     report: dict[str, Any] = stamp(smoke)
