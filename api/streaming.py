@@ -53,8 +53,8 @@ def wire_usage(usage: TokenUsage) -> Usage:
 
 
 def finish_reason(reason: str | None) -> str | None:
-    """vLLM's reasons mapped onto OpenAI's vocabulary."""
-    return "stop" if reason == "abort" else reason
+    """vLLM's reasons mapped onto OpenAI's vocabulary: an aborted or repetition-stopped request stopped."""
+    return "stop" if reason in ("abort", "repetition") else reason
 
 
 def response_headers(completion: Completion) -> dict[str, str]:
@@ -100,7 +100,7 @@ async def complete(req: ChatCompletionRequest, completion: Completion) -> Respon
             pass
     choice = Choice(
         message=ResponseMessage(content=completion.text),
-        finish_reason=finish_reason(completion.finish_reason),
+        finish_reason=finish_reason(completion.finish_reason) or "stop",
         token_ids=list(completion.token_ids) if req.return_token_ids else None,
     )
     body = ChatCompletion(

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from serving.errors import EngineUnavailable, InvalidRequest
+from serving.errors import EngineUnavailable, InternalFailure, InvalidRequest
 
 logger = logging.getLogger(__name__)
 
@@ -296,6 +296,10 @@ class VllmEngine:
                 prompt, sampling, request_id=request.request_id, priority=request.priority
             ):
                 completion = out.outputs[0]
+                if out.finished and completion.finish_reason == "error":
+                    raise InternalFailure(
+                        f"the engine of model '{self.name}' failed on this request", code="engine_error"
+                    )
                 yield EngineDelta(
                     text=completion.text,
                     token_ids=list(completion.token_ids),

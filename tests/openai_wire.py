@@ -56,7 +56,7 @@ class ResponseCheck:
     def __init__(self, where: str, status: int, headers: Any, sink: ViolationLog) -> None:
         self.where = f"{where} -> {status}"
         self.status = status
-        self.content_type = headers.get("content-type", "").split(";")[0].strip().lower()
+        content_type = headers.get("content-type", "").split(";")[0].strip().lower()
         self._sink = sink
         self._reported: set[str] = set()
         encoding = headers.get("content-encoding", "identity").lower()
@@ -65,12 +65,17 @@ class ResponseCheck:
         self._data: list[str] = []  # data lines of the event being read
         self._events = 0
         self._done = False
+        self._kind: str | None = None  # "json" or "stream" once the body can be checked
         if encoding not in ("identity", "gzip", "deflate"):
             self._report(f"content-encoding {encoding!r}: the body cannot be checked", None)
-        elif self.content_type not in ("application/json", "text/event-stream"):
-            self._report(f"content-type {self.content_type!r}: OpenAI answers with JSON or an event stream", None)
-        elif self.content_type == "text/event-stream" and status != 200:
-            self._report(f"an event stream with status {status}: OpenAI streams only with 200", None)
+        elif content_type == "application/json":
+            self._kind = "json"
+        elif content_type == "text/event-stream":
+            self._kind = "stream"
+            if status != 200:
+                self._report(f"an event stream with status {status}: OpenAI streams only with 200", None)
+        else:
+            self._report(f"content-type {content_type!r}: OpenAI answers with JSON or an event stream", None)
 
     def _report(self, problem: str, body: Any, *, label: str = "") -> None:
         if problem in self._reported:  # one example per problem per response: a stream repeats itself
@@ -85,15 +90,15 @@ class ResponseCheck:
 
     def feed(self, raw: bytes) -> None:
         data = self._inflate.decompress(raw) if self._inflate else raw
-        if self.content_type == "text/event-stream":
+        if self._kind == "stream":
             self._feed_stream(data)
-        else:
+        elif self._kind == "json":
             self._buffer += data
 
     def finish(self) -> None:
-        if self.content_type == "application/json":
+        if self._kind == "json":
             self._check_json(self._buffer)
-        elif self.content_type == "text/event-stream":
+        elif self._kind == "stream":
             if self._buffer or self._data:
                 self._report("the stream ended inside an event (no blank line after its data)", None)
             elif not self._done:

@@ -85,6 +85,13 @@ def test_a_gzipped_body_is_checked_after_inflating():
     assert len(found) == 1
 
 
+def test_a_body_in_an_encoding_it_cannot_read_is_reported_once():
+    headers = {"content-type": "application/json", "content-encoding": "br"}
+    _, found = _post(_answer(headers=headers, content=b"\x1b\x00"))
+    assert len(found) == 1
+    assert found[0].endswith("content-encoding 'br': the body cannot be checked")
+
+
 def test_a_stream_is_checked_event_by_event_without_being_held_back():
     role_null = json.loads(json.dumps(NEXT_CHUNK))
     role_null["choices"][0]["delta"]["role"] = None
