@@ -37,10 +37,18 @@ class PoolSettings(BaseModel):
     admission: bool = Field(default=True, description="Admit requests by KV blocks before they reach the engine.")
     kv_headroom_fraction: float = Field(default=0.1, description="KV blocks held back for decode headroom.")
     strength: int | None = Field(default=None, description="Routing rank for `auto`; unset: the pool's position.")
+    tool_parser: str | None = Field(
+        default=None,
+        description="vLLM tool-call parser for `tool_choice: auto`, matching the chat template (e.g. `hermes`); "
+        "unset: `auto` is refused, `required` and named functions still work.",
+    )
 
 
 def _default_pools() -> list[PoolSettings]:
-    return [PoolSettings(name="small", aliases=["8b"]), PoolSettings(name="large", aliases=["70b"])]
+    return [
+        PoolSettings(name="small", aliases=["8b"]),
+        PoolSettings(name="large", aliases=["70b"], tool_parser="hermes"),
+    ]
 
 
 class Settings(BaseSettings):

@@ -248,6 +248,7 @@ async def _build_pool(
 ) -> ModelPool:
     built = ModelPool.from_engine(pool.name, engine, pool.aliases, created, pool.modalities)
     built.strength = pool.strength if pool.strength is not None else index
+    built.tool_parser = pool.tool_parser
     checkpoint = Path(engine.model_path)
     from transformers import AutoTokenizer
 

@@ -19,10 +19,11 @@ from types import TracebackType
 from typing import Any
 
 from serving.background import BackgroundTasks
-from serving.engine import EngineDelta, EngineRequest
+from serving.engine import EngineDelta, EngineRequest, TokenLogprob
 from serving.policy import CallerIdentity, QuotaHold
 from serving.pools import ModelPool
 from serving.record import CompletionBus, CompletionRecord, TokenUsage
+from serving.tools import OutputDecoder, ToolPlan, make_decoder
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class Submission:
     cached_media_tokens: dict[str, int] = field(default_factory=dict)
     degraded: tuple[str, ...] = ()
     audio: tuple[Any, ...] = ()
+    tools: ToolPlan | None = None
 
 
 class Settlement:
@@ -55,6 +57,21 @@ class Settlement:
 
     def __call__(self) -> None:
         self._tasks.spawn(self.hold.settle(self.used_tokens))
+
+
+@dataclass
+class Choice:
+    """What one of the request's `n` choices has produced so far."""
+
+    index: int
+    token_ids: list[int] = field(default_factory=list)
+    pieces: list[str] = field(default_factory=list)
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    finish_reason: str | None = None
+
+    @property
+    def text(self) -> str:
+        return "".join(self.pieces)
 
 
 class Completion:
@@ -73,13 +90,11 @@ class Completion:
         self._tasks = tasks
         self._stream: AsyncIterator[EngineDelta] = submission.pool.engine.generate(submission.engine_request)
         self.prompt_token_ids: list[int] = []
-        self.token_ids: list[int] = []
-        self._text: list[str] = []
+        self.choices = [Choice(i) for i in range(submission.engine_request.params.n)]
         self._cached_tokens = 0
         self._gaps: list[tuple[float, int]] = []
         self.first_token_at: float | None = None
         self._last_token_at: float | None = None
-        self.finish_reason: str | None = None
         self._status: str | None = None
         self._closed = False
 
@@ -96,6 +111,24 @@ class Completion:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def finished(self) -> bool:
+        """Every choice reached its finish reason: nothing is left to abort."""
+        return all(c.finish_reason is not None for c in self.choices)
+
+    @property
+    def finish_reason(self) -> str | None:
+        return self.choices[0].finish_reason
+
+    @property
+    def token_ids(self) -> list[int]:
+        return self.choices[0].token_ids
+
+    def decoder(self) -> OutputDecoder:
+        """A fresh decoder of one choice's text into content and tool calls, for the request's tools."""
+        pool = self.submission.pool
+        return make_decoder(self.submission.tools, pool.tool_parser, pool.tokenizer())
 
     # -- the stream ----------------------------------------------------------------------------------------
 
@@ -145,7 +178,7 @@ class Completion:
             return
         self._closed = True
         self._status = self._status or "cancelled"
-        if self.finish_reason is None:
+        if not self.finished:
             self._tasks.spawn(self.submission.pool.engine.abort(self.request_id))
         record = self.record()
         if self._settlement is not None:
@@ -160,23 +193,26 @@ class Completion:
         if delta.prompt_token_ids:
             self.prompt_token_ids = delta.prompt_token_ids
         self._cached_tokens = max(self._cached_tokens, delta.num_cached_tokens)
+        choice = self.choices[delta.index]
         if delta.token_ids:
             if self.first_token_at is None:
                 self.first_token_at = now
             elif self._last_token_at is not None:
                 self._gaps.append((now - self._last_token_at, len(delta.token_ids)))
             self._last_token_at = now
-            self.token_ids.extend(delta.token_ids)
+            choice.token_ids.extend(delta.token_ids)
         if delta.text:
-            self._text.append(delta.text)
+            choice.pieces.append(delta.text)
+        if delta.logprobs:
+            choice.logprobs.extend(delta.logprobs)
         if delta.finish_reason is not None:
-            self.finish_reason = delta.finish_reason
+            choice.finish_reason = delta.finish_reason
 
     # -- accounting ----------------------------------------------------------------------------------------
 
     @property
     def text(self) -> str:
-        return "".join(self._text)
+        return self.choices[0].text
 
     def usage(self) -> TokenUsage:
         media = self.submission.pool.count_media_tokens(self.prompt_token_ids)
@@ -185,7 +221,7 @@ class Completion:
         cached = self.submission.cached_media_tokens
         return TokenUsage(
             prompt=prompt,
-            completion=len(self.token_ids),
+            completion=sum(len(c.token_ids) for c in self.choices),
             cached=self._cached_tokens,
             text=prompt - image - audio,
             image=image,

@@ -16,7 +16,7 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 # Bumping this rebuilds every demo checkpoint on the next start.
-BUILDER_VERSION = 4
+BUILDER_VERSION = 5
 MANIFEST_NAME = "tessera-demo.json"
 
 # vLLM's chat formatting hard-codes these marker names for Qwen2.5-Omni.
@@ -30,19 +30,42 @@ MEDIA_TOKENS = {
     "audio_eos_token": "<|audio_eos|>",
 }
 
-# ChatML, as SmolLM2 was trained on, with Qwen2.5-Omni's media markers for image and audio parts.
+# ChatML, as SmolLM2 was trained on, with Qwen2.5-Omni's media markers for image and audio parts, and function
+# tools in the Hermes format (which vLLM's `hermes` tool-call parser reads): the tools listed in the system turn,
+# calls as <tool_call> JSON, results as <tool_response> in a user turn. Without tools it renders plain ChatML.
+_TOOLS_PREAMBLE = (
+    "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
+)
+_TOOLS_CLOSING = (
+    "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+    '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": '
+    "<args-json-object>}\n</tool_call>"
+)
 CHAT_TEMPLATE = (
+    "{%- macro tool_list() -%}{%- if tools -%}{{ '" + _TOOLS_PREAMBLE + "' }}"
+    "{%- for tool in tools -%}{{ '\\n' }}{{ (tool['function'] if tool['function'] is defined else tool) | tojson }}"
+    "{%- endfor -%}{{ '" + _TOOLS_CLOSING + "' }}{%- endif -%}{%- endmacro -%}"
     "{%- if messages[0]['role'] != 'system' -%}"
-    "{{ '<|im_start|>system\\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\\n' }}"
+    "{{ '<|im_start|>system\\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face' }}"
+    "{{ tool_list() }}{{ '<|im_end|>\\n' }}"
     "{%- endif -%}"
     "{%- for message in messages -%}"
-    "{{ '<|im_start|>' + message['role'] + '\\n' }}"
+    "{%- if message['role'] == 'tool' -%}{{ '<|im_start|>user\\n<tool_response>\\n' }}"
+    "{%- else -%}{{ '<|im_start|>' + message['role'] + '\\n' }}{%- endif -%}"
     "{%- if message['content'] is string -%}{{ message['content'] }}"
-    "{%- else -%}{%- for part in message['content'] -%}"
+    "{%- elif message['content'] is not none -%}{%- for part in message['content'] -%}"
     "{%- if part['type'] == 'text' -%}{{ part['text'] }}"
     "{%- elif part['type'] == 'image' -%}{{ '<|vision_start|><|IMAGE|><|vision_end|>' }}"
     "{%- elif part['type'] == 'audio' -%}{{ '<|audio_bos|><|AUDIO|><|audio_eos|>' }}"
     "{%- endif -%}{%- endfor -%}{%- endif -%}"
+    "{%- if message['role'] == 'system' and loop.first -%}{{ tool_list() }}{%- endif -%}"
+    "{%- for call in message['tool_calls'] or [] if message['tool_calls'] is defined -%}"
+    "{%- set fn = call['function'] if call['function'] is defined else call -%}"
+    "{{ '\\n<tool_call>\\n{\"name\": \"' + fn['name'] + '\", \"arguments\": ' }}"
+    "{{ fn['arguments'] if fn['arguments'] is string else fn['arguments'] | tojson }}{{ '}\\n</tool_call>' }}"
+    "{%- endfor -%}"
+    "{%- if message['role'] == 'tool' -%}{{ '\\n</tool_response>' }}{%- endif -%}"
     "{{ '<|im_end|>\\n' }}"
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n' }}{%- endif -%}"

@@ -56,6 +56,14 @@ class EngineSpec:
 
 
 @dataclass(frozen=True)
+class StructuredOutput:
+    """A constraint on what the engine may generate, enforced by vLLM's structured-output backend."""
+
+    json_schema: dict[str, Any] | None = None  # the answer validates against this schema
+    json_object: bool = False  # the answer is any JSON object
+
+
+@dataclass(frozen=True)
 class GenerationParams:
     max_tokens: int
     temperature: float = 1.0
@@ -68,6 +76,9 @@ class GenerationParams:
     repetition_penalty: float = 1.0
     min_tokens: int = 0
     ignore_eos: bool = False
+    n: int = 1  # choices generated from the one prompt
+    logprobs: int | None = None  # None: no logprobs; k: the sampled token's and the k most likely ones
+    structured: StructuredOutput | None = None
 
 
 @dataclass(frozen=True)
@@ -84,14 +95,25 @@ class EngineRequest:
 
 
 @dataclass(frozen=True)
+class TokenLogprob:
+    """One generated token's log probability, and the most likely alternatives at its position."""
+
+    token: str
+    logprob: float
+    top: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass(frozen=True)
 class EngineDelta:
-    """New tokens since the previous delta; the final one carries `finish_reason`."""
+    """New tokens of one choice since its previous delta; its last delta carries `finish_reason`."""
 
     text: str
     token_ids: list[int]
     prompt_token_ids: list[int]
     num_cached_tokens: int
     finish_reason: str | None
+    index: int = 0  # which of the request's `n` choices
+    logprobs: tuple[TokenLogprob, ...] | None = None
 
 
 @dataclass
@@ -156,18 +178,16 @@ def _stat_logger_factory(stats: EngineStats) -> Any:
     return _Recorder
 
 
-def _audio_feature_input(items: list[Any]) -> dict[str, Any]:
-    import torch
-
-    lengths = torch.tensor([f.frames for f in items], dtype=torch.long)
-    mask = torch.zeros(len(items), int(lengths.max()), dtype=torch.long)
-    for i, n in enumerate(lengths.tolist()):
-        mask[i, :n] = 1
-    return {
-        "input_audio_features": torch.cat([f.features for f in items], dim=1),
-        "audio_feature_lengths": lengths,
-        "feature_attention_mask": mask,
-    }
+def _invalid(message: str, params: GenerationParams) -> InvalidRequest:
+    if "context length" in message:
+        return InvalidRequest(message, code="context_length_exceeded", param="messages")
+    if params.structured is not None and any(w in message.lower() for w in ("schema", "grammar", "json", "struct")):
+        return InvalidRequest(
+            f"the response format cannot be enforced: {message}",
+            code="invalid_response_format",
+            param="response_format",
+        )
+    return InvalidRequest(message, code="invalid_prompt", param="messages")
 
 
 class VllmEngine:
@@ -250,70 +270,29 @@ class VllmEngine:
             await self._llm.abort(request_id)
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineDelta]:
-        from vllm import SamplingParams
         from vllm.exceptions import VLLMClientError
-        from vllm.sampling_params import RequestOutputKind
         from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
+
+        from serving.vllm_io import engine_deltas, engine_prompt, sampling_params
 
         if self._llm.errored:
             raise EngineUnavailable(f"the engine of model '{self.name}' is not running")
-        p = request.params
-        sampling = SamplingParams(
-            max_tokens=p.max_tokens,
-            temperature=p.temperature,
-            top_p=p.top_p,
-            top_k=p.top_k or 0,
-            seed=p.seed,
-            stop=list(p.stop) or None,
-            presence_penalty=p.presence_penalty,
-            frequency_penalty=p.frequency_penalty,
-            repetition_penalty=p.repetition_penalty,
-            min_tokens=p.min_tokens,
-            ignore_eos=p.ignore_eos,
-            output_kind=RequestOutputKind.DELTA,
-        )
-        prompt: dict[str, Any] = {"prompt": request.prompt}
-        media: dict[str, Any] = {}
-        if request.image_embeds:
-            import torch
-
-            media["image"] = {
-                "image_embeds": torch.cat([e.embeds for e in request.image_embeds]),
-                "image_grid_thw": torch.tensor([e.grid_thw for e in request.image_embeds], dtype=torch.long),
-            }
-        elif request.images:
-            media["image"] = request.images
-        if request.audio_features:
-            media["audio"] = _audio_feature_input(request.audio_features)
-        elif request.audios:
-            media["audio"] = request.audios
-        if media:
-            prompt["multi_modal_data"] = media
-        if request.cache_salt:
-            prompt["cache_salt"] = request.cache_salt
+        sampling = sampling_params(request.params)
         try:
             async for out in self._llm.generate(
-                prompt, sampling, request_id=request.request_id, priority=request.priority
+                engine_prompt(request), sampling, request_id=request.request_id, priority=request.priority
             ):
-                completion = out.outputs[0]
-                if out.finished and completion.finish_reason == "error":
-                    raise InternalFailure(
-                        f"the engine of model '{self.name}' failed on this request", code="engine_error"
-                    )
-                yield EngineDelta(
-                    text=completion.text,
-                    token_ids=list(completion.token_ids),
-                    prompt_token_ids=list(out.prompt_token_ids or []),
-                    num_cached_tokens=int(out.num_cached_tokens or 0),
-                    finish_reason=completion.finish_reason if out.finished else None,
-                )
+                for delta in engine_deltas(out, request.params.logprobs):
+                    if delta.finish_reason == "error":
+                        message = f"the engine of model '{self.name}' failed on this request"
+                        raise InternalFailure(message, code="engine_error")
+                    yield delta
         except (EngineDeadError, EngineGenerateError) as exc:
             raise EngineUnavailable(f"the engine of model '{self.name}' failed: {type(exc).__name__}") from exc
         except (VLLMClientError, ValueError) as exc:
-            # vLLM validates the processed prompt (length, media counts) before scheduling it.
-            message = str(exc)
-            code = "context_length_exceeded" if "context length" in message else "invalid_prompt"
-            raise InvalidRequest(message, code=code, param="messages") from exc
+            # vLLM validates the processed prompt (length, media counts) and any structured-output
+            # constraint before scheduling it.
+            raise _invalid(str(exc), request.params) from exc
 
     def shutdown(self) -> None:
         self._llm.shutdown()

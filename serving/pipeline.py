@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from serving.encoders import audio_tokens_for
 from serving.errors import EngineUnavailable
@@ -71,9 +72,11 @@ class Pipeline:
     async def probe(self, plan: MessagePlan) -> list[ProbedMedia]:
         return await self._ingest.probe(plan)
 
-    async def render(self, pool: ModelPool, plan: MessagePlan) -> RenderedPrompt:
+    async def render(
+        self, pool: ModelPool, plan: MessagePlan, tools: list[dict[str, Any]] | None = None
+    ) -> RenderedPrompt:
         """Apply the pool's chat template and count its tokens on a worker thread, never on the event loop."""
-        return await asyncio.to_thread(_render, pool, plan)
+        return await asyncio.to_thread(_render, pool, plan, tools)
 
     @staticmethod
     def estimate(prompt: RenderedPrompt, probed: list[ProbedMedia], pool: ModelPool | None = None) -> int:
@@ -101,8 +104,8 @@ def require_healthy(pool: ModelPool) -> None:
         raise EngineUnavailable(f"the engine of model '{pool.name}' is not running")
 
 
-def _render(pool: ModelPool, plan: MessagePlan) -> RenderedPrompt:
-    text = pool.render_prompt(plan.messages)
+def _render(pool: ModelPool, plan: MessagePlan, tools: list[dict[str, Any]] | None) -> RenderedPrompt:
+    text = pool.render_prompt(plan.messages, tools)
     with pool.tokenizer_lock:
         count = len(pool.tokenizer().encode(text, add_special_tokens=False))
     return RenderedPrompt(text, count, pool.prompt_format)

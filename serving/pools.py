@@ -62,6 +62,7 @@ class ModelPool:
     own_tokenizer: Any = None
 
     geometry: VisionGeometry | None = None
+    tool_parser: str | None = None  # vLLM's tool-call parser for `tool_choice: auto`
     # Prompts are tokenized on worker threads; a fast tokenizer must not be entered by two at once.
     tokenizer_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -88,9 +89,12 @@ class ModelPool:
     def max_model_len(self) -> int:
         return self.engine.capacity.max_model_len
 
-    def render_prompt(self, messages: list[dict[str, Any]]) -> str:
+    def render_prompt(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> str:
         try:
-            return str(self.tokenizer().apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+            rendered = self.tokenizer().apply_chat_template(
+                messages, tools=tools, tokenize=False, add_generation_prompt=True
+            )
+            return str(rendered)
         except Exception as exc:  # template errors are the conversation's shape, e.g. roles out of order
             raise RequestShapeError(
                 f"the messages do not fit the model's chat template: {exc}", code="invalid_messages", param="messages"

@@ -13,18 +13,22 @@ import time
 import uuid
 from collections.abc import Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from serving.admission import PRIORITIES
 from serving.background import BackgroundTasks
 from serving.completion import Completion, Settlement, Submission
 from serving.encoding import MediaEncoder, engine_media
 from serving.engine import EngineRequest, GenerationParams
+from serving.errors import InvalidRequest
 from serving.ingest import MessageLike
 from serving.metrics import ServerMetrics
 from serving.pipeline import Pipeline, require_healthy
 from serving.policy import CallerPolicy
+from serving.pools import ModelPool
 from serving.record import CompletionBus
+from serving.tools import AUTO, ToolPlan
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,10 @@ class GenerationRequest:
     params: GenerationParams
     priority: str = "interactive"
     allow_degraded: bool = False
+    tools: ToolPlan | None = None
+
+    def rendered_tools(self) -> list[dict[str, Any]] | None:
+        return self.tools.rendered_tools() if self.tools else None
 
 
 class InferenceService:
@@ -76,16 +84,18 @@ class InferenceService:
         if named is not None:
             caller.check_model(named[0].name)  # before any media is fetched
         probed = await pipeline.probe(plan)
-        prompt = await pipeline.render(named[0] if named else pipeline.first_pool(), plan)
+        tools = request.rendered_tools()
+        prompt = await pipeline.render(named[0] if named else pipeline.first_pool(), plan, tools)
         if named is None:
             pool, reason = pipeline.auto_pool(plan, prompt, probed)
             caller.check_model(pool.name)
             if pool.prompt_format != prompt.prompt_format:
-                prompt = await pipeline.render(pool, plan)
+                prompt = await pipeline.render(pool, plan, tools)
         else:
             pool, reason = named
         require_healthy(pool)
-        needed = pipeline.estimate(prompt, probed, pool) + request.params.max_tokens
+        params = _engine_params(request, pool)
+        needed = pipeline.estimate(prompt, probed, pool) + params.n * params.max_tokens
 
         settlement = Settlement(await caller.reserve(pool.name, needed), self._tasks)
         releases.callback(settlement)
@@ -96,11 +106,11 @@ class InferenceService:
             pool, plan, probed, request_id=request_id, allow_degraded=request.allow_degraded
         )
         if encoded.degraded:
-            prompt = await pipeline.render(pool, encoded.plan)
+            prompt = await pipeline.render(pool, encoded.plan, tools)
         engine_request = EngineRequest(
             request_id=request_id,
             prompt=prompt.text,
-            params=request.params,
+            params=params,
             cache_salt=pipeline.cache_salt(caller.cache_salt, encoded.content_hashes),
             priority=PRIORITIES.get(request.priority, 0),
             **engine_media(encoded),
@@ -119,5 +129,30 @@ class InferenceService:
             cached_media_tokens=dict(encoded.cached_tokens),
             degraded=tuple(encoded.degraded),
             audio=tuple(a.samples for a in encoded.audios),
+            tools=request.tools,
         )
         return submission, settlement
+
+
+def _engine_params(request: GenerationRequest, pool: ModelPool) -> GenerationParams:
+    """The request's sampling parameters, with the constraint its tool choice needs."""
+    params, tools = request.params, request.tools
+    if tools is None:
+        return params
+    if tools.choice == AUTO and pool.tool_parser is None:
+        raise InvalidRequest(
+            f"tool_choice 'auto' needs a tool-call parser, and the model '{pool.name}' has none; "
+            "use 'required' or name a function",
+            param="tool_choice",
+            code="unsupported_tool_choice",
+        )
+    constraint = tools.constraint()
+    if constraint is None:
+        return params
+    if params.structured is not None:
+        raise InvalidRequest(
+            "response_format cannot be combined with a required or named tool choice",
+            param="response_format",
+            code="unsupported_parameter",
+        )
+    return replace(params, structured=constraint)

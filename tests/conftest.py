@@ -98,7 +98,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, fake_stripe) -> Iterator[Li
     pools = [
         {"name": "small", "aliases": ["8b"]},
         # The large pool is limited to text and image here, so the suite covers a pool lacking a modality.
-        {"name": "large", "aliases": ["70b"], "modalities": ["text", "image"]},
+        {"name": "large", "aliases": ["70b"], "modalities": ["text", "image"], "tool_parser": "hermes"},
     ]
     env = {
         **os.environ,
