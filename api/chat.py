@@ -9,7 +9,8 @@ from litestar import Response
 from litestar.response import Stream
 
 from api.parsing import generation_request, parse_chat_request
-from api.streaming import complete, stream
+from api.rendering import complete
+from api.streaming import stream
 from serving.service import InferenceService
 from tenancy.directory import Principal
 from tenancy.quotas import QuotaGate

@@ -9,10 +9,11 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from api.protocol import ChatCompletionRequest
-from serving.engine import GenerationParams
+from api.protocol import ChatCompletionRequest, ResponseFormat
+from serving.engine import GenerationParams, StructuredOutput
 from serving.errors import InvalidRequest
 from serving.service import GenerationRequest
+from serving.tools import AUTO, ToolPlan, ToolSpec
 
 logger = logging.getLogger(__name__)
 
@@ -63,10 +64,6 @@ def parse_chat_request(body: bytes) -> ChatCompletionRequest:
 
 
 def generation_request(req: ChatCompletionRequest, default_max_tokens: int) -> GenerationRequest:
-    if req.n != 1:
-        raise InvalidRequest(
-            "only n=1 is supported; send parallel requests for more choices", param="n", code="unsupported_parameter"
-        )
     params = GenerationParams(
         max_tokens=req.completion_limit() or default_max_tokens,
         temperature=req.temperature,
@@ -79,5 +76,40 @@ def generation_request(req: ChatCompletionRequest, default_max_tokens: int) -> G
         repetition_penalty=req.repetition_penalty,
         min_tokens=req.min_tokens,
         ignore_eos=req.ignore_eos,
+        n=req.n,
+        logprobs=_logprobs(req),
+        structured=_structured(req.response_format),
     )
-    return GenerationRequest(req.model, req.messages, params, req.priority, req.allow_degraded)
+    return GenerationRequest(req.model, req.messages, params, req.priority, req.allow_degraded, _tool_plan(req))
+
+
+def _logprobs(req: ChatCompletionRequest) -> int | None:
+    if req.top_logprobs is not None and not req.logprobs:
+        raise InvalidRequest("top_logprobs needs logprobs: true", param="top_logprobs", code="invalid_value")
+    return (req.top_logprobs or 0) if req.logprobs else None
+
+
+def _structured(fmt: ResponseFormat | None) -> StructuredOutput | None:
+    if fmt is None or fmt.type == "text":
+        return None
+    if fmt.type == "json_object":
+        return StructuredOutput(json_object=True)
+    if fmt.json_schema is None:
+        raise InvalidRequest(
+            "response_format of type json_schema needs `json_schema`", param="response_format.json_schema"
+        )
+    schema = fmt.json_schema.schema_
+    if schema is not None and not isinstance(schema.get("type", "object"), str | list):
+        raise InvalidRequest("the JSON schema is not valid", param="response_format.json_schema.schema")
+    return StructuredOutput(json_schema=schema or {"type": "object"})
+
+
+def _tool_plan(req: ChatCompletionRequest) -> ToolPlan | None:
+    if not req.tools:
+        if req.tool_choice not in (None, "none"):
+            raise InvalidRequest("tool_choice needs `tools`", param="tool_choice", code="invalid_tool_choice")
+        return None
+    choice = req.tool_choice or AUTO
+    name = choice if isinstance(choice, str) else choice.function.name
+    tools = tuple(ToolSpec(t.function.name, t.function.description, t.function.parameters) for t in req.tools)
+    return ToolPlan(tools, name, req.parallel_tool_calls)

@@ -32,10 +32,56 @@ class ContentPart(_Loose):
     input_audio: InputAudio | None = None
 
 
+class FunctionCall(_Loose):
+    name: str
+    arguments: str  # JSON text, as the model wrote it
+
+
+class ToolCallIn(_Loose):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class ChatMessage(_Loose):
-    role: Literal["system", "developer", "user", "assistant"]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
     name: str | None = None
+    tool_calls: list[ToolCallIn] | None = None  # assistant turns that called tools
+    tool_call_id: str | None = None  # tool turns: which call this is the result of
+
+
+class FunctionDefinition(_Loose):
+    name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class Tool(_Loose):
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class NamedFunction(_Loose):
+    name: str
+
+
+class NamedToolChoice(_Loose):
+    type: Literal["function"]
+    function: NamedFunction
+
+
+class JSONSchemaFormat(_Loose):
+    name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(_Loose):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JSONSchemaFormat | None = None
 
 
 class StreamOptions(_Loose):
@@ -48,14 +94,20 @@ class ChatCompletionRequest(_Loose):
     frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
     max_completion_tokens: int | None = Field(default=None, ge=1)
     max_tokens: int | None = Field(default=None, ge=1)
-    n: int = Field(default=1, ge=1)
+    logprobs: StrictBool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    n: int = Field(default=1, ge=1, le=16)
     presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
     seed: int | None = None
+    response_format: ResponseFormat | None = None
     stop: str | list[str] | None = None
     stream: StrictBool = False
     stream_options: StreamOptions | None = None
     temperature: float = Field(default=1.0, ge=0.0, le=2.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: StrictBool = True
     user: str | None = None
     # Extensions, as vLLM's server names them.
     top_k: int | None = Field(default=None, ge=-1)
@@ -100,16 +152,46 @@ def _omitted_when_none() -> Any:
     return Field(default=None, exclude_if=lambda value: value is None)
 
 
+class FunctionCallOut(BaseModel):
+    name: str
+    arguments: str
+
+
+class ToolCallOut(BaseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCallOut
+
+
 class ResponseMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: str | None
     refusal: str | None = None  # OpenAI always sends the key, null unless the model refused
+    tool_calls: list[ToolCallOut] | None = _omitted_when_none()
+
+
+class TopLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+
+
+class TokenLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+    top_logprobs: list[TopLogprob]
+
+
+class ChoiceLogprobs(BaseModel):
+    content: list[TokenLogprob] | None
+    refusal: list[TokenLogprob] | None = None
 
 
 class Choice(BaseModel):
     index: int = 0
     message: ResponseMessage
-    logprobs: None = None
+    logprobs: ChoiceLogprobs | None = None
     finish_reason: str | None
     token_ids: list[int] | None = _omitted_when_none()
 
@@ -126,15 +208,28 @@ class ChatCompletion(BaseModel):
     degraded: dict[str, Any] | None = _omitted_when_none()
 
 
+class DeltaFunction(BaseModel):
+    name: str | None = _omitted_when_none()
+    arguments: str | None = _omitted_when_none()
+
+
+class DeltaToolCall(BaseModel):
+    index: int
+    id: str | None = _omitted_when_none()
+    type: Literal["function"] | None = _omitted_when_none()
+    function: DeltaFunction
+
+
 class Delta(BaseModel):
     role: Literal["assistant"] | None = _omitted_when_none()  # OpenAI sends it on the first delta only
     content: str | None = None
+    tool_calls: list[DeltaToolCall] | None = _omitted_when_none()
 
 
 class ChunkChoice(BaseModel):
     index: int = 0
     delta: Delta
-    logprobs: None = None
+    logprobs: ChoiceLogprobs | None = None
     finish_reason: str | None = None
     token_ids: list[int] | None = _omitted_when_none()
 

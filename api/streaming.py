@@ -1,7 +1,8 @@
-"""Renders a `Completion` as OpenAI's chat completion: one JSON body, or an SSE stream that ends in `[DONE]`.
+"""A `Completion` as an SSE stream of OpenAI chat completion chunks that ends in `[DONE]`.
 
-The completion is the lease: rendering only iterates it inside `async with`, so however the response ends
-(finished, client gone, error mid-stream) the lease releases what it holds.
+Each of the `n` choices opens with its role, streams content (or tool-call pieces, and logprobs when asked)
+and closes with its finish reason; a usage chunk follows when the client asked for it. An error after the
+stream started becomes an error event, then `[DONE]`.
 """
 
 from __future__ import annotations
@@ -11,112 +12,30 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from litestar import Response
 from litestar.response import Stream
 
 from api.errors import to_api_error
 from api.protocol import (
-    ChatCompletion,
     ChatCompletionChunk,
     ChatCompletionRequest,
-    Choice,
     ChunkChoice,
     Delta,
-    PromptTokensDetails,
-    ResponseMessage,
-    Usage,
+    DeltaFunction,
+    DeltaToolCall,
 )
+from api.rendering import extras, finish_reason, response_headers, wire_logprobs, wire_usage
 from serving.completion import Completion
 from serving.engine import EngineDelta
-from serving.record import TokenUsage
+from serving.tools import DecodedDelta, OutputDecoder
 
 logger = logging.getLogger(__name__)
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
 
-def wire_usage(usage: TokenUsage) -> Usage:
-    details = PromptTokensDetails(
-        cached_tokens=usage.cached,
-        text_tokens=usage.text,
-        image_tokens=usage.image,
-        audio_tokens=usage.audio,
-        cached_image_tokens=usage.cached_image,
-        cached_audio_tokens=usage.cached_audio,
-    )
-    return Usage(
-        prompt_tokens=usage.prompt,
-        completion_tokens=usage.completion,
-        total_tokens=usage.total,
-        prompt_tokens_details=details,
-    )
-
-
-def finish_reason(reason: str | None) -> str | None:
-    """vLLM's reasons mapped onto OpenAI's vocabulary: an aborted or repetition-stopped request stopped."""
-    return "stop" if reason in ("abort", "repetition") else reason
-
-
-def response_headers(completion: Completion) -> dict[str, str]:
-    """Where the time went before the response started, which pool answered and why, and the caller's limits."""
-    s = completion.submission
-    headers = {
-        "x-tessera-model": s.pool.name,
-        "x-tessera-route": s.route_reason,
-        "x-tessera-pre-engine-ms": str(int((s.submitted - s.started) * 1000)),
-    }
-    if completion.first_token_at is not None:
-        headers["x-tessera-engine-ttft-ms"] = str(int((completion.first_token_at - s.submitted) * 1000))
-    return {**headers, **s.limits}
-
-
-def _extras(req: ChatCompletionRequest, completion: Completion) -> dict[str, Any]:
-    extras: dict[str, Any] = {}
-    if req.return_token_ids:
-        extras["prompt_token_ids"] = completion.prompt_token_ids
-    if completion.submission.degraded:
-        extras["degraded"] = {
-            "dropped_modalities": list(completion.submission.degraded),
-            "reason": "the encoder pool was unavailable; answered without that media",
-        }
-    return extras
-
-
-def _without_none(data: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
-    for key in keys:
-        if data.get(key) is None:
-            data.pop(key, None)
-    return data
-
-
 def _sse(payload: dict[str, Any] | str) -> str:
     data = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
     return f"data: {data}\n\n"
-
-
-async def complete(req: ChatCompletionRequest, completion: Completion) -> Response[dict[str, Any]]:
-    async with completion:
-        async for _ in completion:
-            pass
-    choice = Choice(
-        message=ResponseMessage(content=completion.text),
-        finish_reason=finish_reason(completion.finish_reason) or "stop",
-        token_ids=list(completion.token_ids) if req.return_token_ids else None,
-    )
-    body = ChatCompletion(
-        id=completion.request_id,
-        created=completion.submission.created,
-        model=completion.model,
-        choices=[choice],
-        usage=wire_usage(completion.usage()),
-        **_extras(req, completion),
-    )
-    data = body.model_dump(mode="json")
-    data["choices"] = [_without_none(c, ("token_ids",)) for c in data["choices"]]
-    return Response(
-        _without_none(data, ("prompt_token_ids", "system_fingerprint", "degraded")),
-        headers=response_headers(completion),
-    )
 
 
 class EventStream(Stream):
@@ -142,39 +61,83 @@ async def stream(req: ChatCompletionRequest, completion: Completion) -> Stream:
     )
 
 
-async def _events(req: ChatCompletionRequest, completion: Completion, first: EngineDelta | None) -> AsyncIterator[str]:
-    include_usage = bool(req.stream_options and req.stream_options.include_usage)
+class _Chunks:
+    """Builds the chunks of one stream."""
 
-    def chunk(
-        delta: Delta, reason: str | None = None, token_ids: list[int] | None = None, opening: bool = False
-    ) -> str:
+    def __init__(self, req: ChatCompletionRequest, completion: Completion) -> None:
+        self.req = req
+        self.completion = completion
+        self.include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        self.decoders: list[OutputDecoder] = [completion.decoder() for _ in completion.choices]
+
+    def chunk(self, index: int, delta: Delta, **choice: Any) -> str:
+        c = self.completion
         body = ChatCompletionChunk(
-            id=completion.request_id,
-            created=completion.submission.created,
-            model=completion.model,
-            choices=[
-                ChunkChoice(delta=delta, finish_reason=reason, token_ids=token_ids if req.return_token_ids else None)
-            ],
-            **(_extras(req, completion) if opening else {}),
+            id=c.request_id,
+            created=c.submission.created,
+            model=c.model,
+            choices=[ChunkChoice(index=index, delta=delta, **choice)],
+            **(extras(self.req, c) if "role" in delta.model_fields_set else {}),
         ).model_dump(mode="json")
-        body["choices"] = [_without_none(c, ("token_ids",)) for c in body["choices"]]
-        if not include_usage:
+        if not self.include_usage:
             body.pop("usage")
-        return _sse(_without_none(body, ("prompt_token_ids", "degraded")))
+        return _sse(body)
 
-    def content(delta: EngineDelta | None) -> str | None:
-        reason = None if delta is None else finish_reason(delta.finish_reason)
-        if delta is None or not (delta.text or delta.token_ids or reason):
-            return None
-        return chunk(Delta(content=delta.text), reason, delta.token_ids)
+    def opening(self) -> list[str]:
+        return [self.chunk(i, Delta(role="assistant", content="")) for i in range(len(self.decoders))]
 
+    def events(self, delta: EngineDelta | None) -> list[str]:
+        if delta is None:
+            return []
+        decoder = self.decoders[delta.index]
+        decoded = decoder.feed(delta)
+        out = []
+        logprobs = wire_logprobs(delta.logprobs) if self.req.logprobs else None
+        token_ids = delta.token_ids if self.req.return_token_ids else None
+        if decoded.content or decoded.tool_calls or logprobs is not None or token_ids:
+            out.append(self.chunk(delta.index, _delta(decoded), logprobs=logprobs, token_ids=token_ids))
+        if delta.finish_reason is not None:
+            final = decoder.finish()
+            reason = finish_reason(delta.finish_reason, decoder)
+            out.append(self.chunk(delta.index, _delta(final, closing=True), finish_reason=reason))
+        return out
+
+    def usage(self) -> str:
+        c = self.completion
+        return _sse(
+            {
+                "id": c.request_id,
+                "object": "chat.completion.chunk",
+                "created": c.submission.created,
+                "model": c.model,
+                "choices": [],
+                "usage": wire_usage(c.usage()).model_dump(mode="json"),
+            }
+        )
+
+
+def _delta(decoded: DecodedDelta, closing: bool = False) -> Delta:
+    calls = [
+        DeltaToolCall(
+            index=p.index,
+            id=p.id,
+            type="function" if p.id else None,
+            function=DeltaFunction(name=p.name, arguments=p.arguments if (p.arguments or p.id) else None),
+        )
+        for p in decoded.tool_calls
+    ]
+    content = decoded.content if decoded.content is not None or calls else ("" if not closing else None)
+    return Delta(content=content, tool_calls=calls or None)
+
+
+async def _events(req: ChatCompletionRequest, completion: Completion, first: EngineDelta | None) -> AsyncIterator[str]:
+    chunks = _Chunks(req, completion)
     async with completion:
         try:
-            yield chunk(Delta(role="assistant", content=""), opening=True)
-            if (event := content(first)) is not None:
+            for event in chunks.opening() + chunks.events(first):
                 yield event
             async for delta in completion:
-                if (event := content(delta)) is not None:
+                for event in chunks.events(delta):
                     yield event
         except Exception as exc:
             err = to_api_error(exc)
@@ -182,15 +145,6 @@ async def _events(req: ChatCompletionRequest, completion: Completion, first: Eng
             yield _sse(err.body())
             yield _sse("[DONE]")
             return
-    if include_usage:
-        yield _sse(
-            {
-                "id": completion.request_id,
-                "object": "chat.completion.chunk",
-                "created": completion.submission.created,
-                "model": completion.model,
-                "choices": [],
-                "usage": wire_usage(completion.usage()).model_dump(mode="json"),
-            }
-        )
+    if chunks.include_usage:
+        yield chunks.usage()
     yield _sse("[DONE]")

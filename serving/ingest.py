@@ -51,9 +51,9 @@ class MessagePlan:
         messages = []
         for m in self.messages:
             content = m["content"]
-            if not isinstance(content, str):
+            if isinstance(content, list):
                 content = [p for p in content if p["type"] != kind] or [{"type": "text", "text": ""}]
-            messages.append({"role": m["role"], "content": content})
+            messages.append({**m, "content": content})
         return MessagePlan(messages, [item for item in self.media if item.kind != kind])
 
     def user_texts(self) -> list[str]:
@@ -63,7 +63,10 @@ class MessagePlan:
             if m["role"] != "user":
                 continue
             content = m["content"]
-            out.extend([content] if isinstance(content, str) else [p["text"] for p in content if p["type"] == "text"])
+            if isinstance(content, list):
+                out.extend(p["text"] for p in content if p["type"] == "text")
+            elif content:
+                out.append(content)
         return out
 
 
@@ -75,15 +78,19 @@ def plan_messages(messages: Sequence[MessageLike], *, max_images: int, max_audio
         role = "system" if message.role == "developer" else message.role
         content = message.content
         param = f"messages[{i}].content"
+        turn = _tool_fields(message, i)
+        if turn.get("tool_calls") and not content:
+            out.append({"role": role, "content": None, **turn})  # an assistant turn that only called tools
+            continue
         if content is None or (isinstance(content, list) and not content):
             raise RequestShapeError(f"message {i} ({message.role}) has no content", code="missing_content", param=param)
         if isinstance(content, str):
-            out.append({"role": role, "content": content})
+            out.append({"role": role, "content": content, **turn})
             continue
         parts: list[dict[str, Any]] = []
         for j, part in enumerate(content):
             parts.append(_plan_part(part, role, f"{param}[{j}]", media))
-        out.append({"role": role, "content": parts})
+        out.append({"role": role, "content": parts, **turn})
     plan = MessagePlan(out, media)
     if plan.count("image") > max_images:
         raise RequestShapeError(
@@ -98,6 +105,30 @@ def plan_messages(messages: Sequence[MessageLike], *, max_images: int, max_audio
             param="messages",
         )
     return plan
+
+
+def _tool_fields(message: MessageLike, i: int) -> dict[str, Any]:
+    """An assistant turn's tool calls, or a tool turn's call id, as chat templates take them."""
+    if message.role == "tool":
+        call_id = getattr(message, "tool_call_id", None)
+        if not call_id:
+            raise RequestShapeError(
+                "a tool message needs `tool_call_id`", code="missing_tool_call_id", param=f"messages[{i}].tool_call_id"
+            )
+        return {"tool_call_id": call_id}
+    calls = getattr(message, "tool_calls", None)
+    if not calls:
+        return {}
+    if message.role != "assistant":
+        raise RequestShapeError(
+            "only assistant messages carry tool_calls", code="invalid_messages", param=f"messages[{i}].tool_calls"
+        )
+    return {
+        "tool_calls": [
+            {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}
+            for c in calls
+        ]
+    }
 
 
 def _plan_part(part: Any, role: str, param: str, media: list[MediaItem]) -> dict[str, Any]:

@@ -96,10 +96,59 @@ def test_each_kind_maps_to_one_status_and_type():
     assert limited.headers == {"x-ratelimit-limit-requests": "2", "retry-after": "2", "retry-after-ms": "1500"}
 
 
-def test_n_other_than_one_is_refused_with_its_param():
-    req = _parse({"model": "small", "messages": [{"role": "user", "content": "x"}], "n": 2})
+def _generation(**body):
+    return generation_request(_parse({"model": "small", "messages": [{"role": "user", "content": "x"}], **body}), 16)
+
+
+def test_sampling_fields_reach_the_engine_parameters():
+    params = _generation(n=3, logprobs=True, top_logprobs=2, response_format={"type": "json_object"}).params
+    assert (params.n, params.logprobs, params.structured.json_object) == (3, 2, True)
+    assert _generation(logprobs=True).params.logprobs == 0  # the sampled token's logprob only
+    assert _generation().params.logprobs is None
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    fmt = {"type": "json_schema", "json_schema": {"name": "thing", "schema": schema, "strict": True}}
+    assert _generation(response_format=fmt).params.structured.json_schema == schema
+    assert _generation(response_format={"type": "text"}).params.structured is None
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"n": 17}, "n"),
+        ({"top_logprobs": 2}, "top_logprobs"),
+        ({"top_logprobs": 21, "logprobs": True}, "top_logprobs"),
+        ({"response_format": {"type": "json_schema"}}, "response_format.json_schema"),
+        ({"response_format": {"type": "xml"}}, "response_format.type"),
+        ({"tool_choice": "required"}, "tool_choice"),
+        (
+            {
+                "tools": [{"type": "function", "function": {"name": "f"}}],
+                "tool_choice": {"type": "function", "function": {"name": "g"}},
+            },
+            "tool_choice",
+        ),
+        (
+            {
+                "tools": [
+                    {"type": "function", "function": {"name": "f"}},
+                    {"type": "function", "function": {"name": "f"}},
+                ]
+            },
+            "tools",
+        ),
+        ({"tools": [{"type": "function", "function": {"name": "bad name"}}]}, "tools[0].function.name"),
+    ],
+)
+def test_bad_sampling_and_tool_fields_name_their_param(body, param):
     with pytest.raises(InvalidRequest) as exc:
-        generation_request(req, 16)
-    assert (exc.value.param, exc.value.code) == ("n", "unsupported_parameter")
-    ok = generation_request(_parse({"model": "small", "messages": [{"role": "user", "content": "x"}]}), 16)
-    assert ok.params.max_tokens == 16
+        _generation(**body)
+    assert exc.value.param == param
+
+
+def test_tools_become_a_plan():
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+    plan = _generation(tools=tools).tools
+    assert (plan.choice, plan.parallel, plan.tools[0].name) == ("auto", True, "get_weather")
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    assert _generation(tools=tools, tool_choice=named, parallel_tool_calls=False).tools.choice == "get_weather"
+    assert _generation(tools=tools, tool_choice="none").tools.rendered_tools() is None

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from api.parsing import generation_request, parse_chat_request
-from api.streaming import complete, stream
+from api.rendering import complete
+from api.streaming import stream
 from serving.errors import EngineUnavailable
 from tests.stubs import RecordingCaller, StubEngine, harness
 
@@ -131,3 +132,62 @@ def test_non_streaming_body_carries_refusal_and_usage():
     assert body["choices"][0]["message"]["refusal"] is None
     assert body["usage"]["total_tokens"] == 7
     assert [r.status for r in h.records] == ["completed"]
+
+
+def _two_choices():
+    from serving.engine import EngineDelta, TokenLogprob
+    from tests.stubs import PROMPT
+
+    lp = (TokenLogprob("a", -0.5, (("a", -0.5), ("b", -1.5))),)
+    return [
+        EngineDelta("A", [1], PROMPT, 0, None, index=0, logprobs=lp),
+        EngineDelta("B", [2], PROMPT, 0, None, index=1, logprobs=lp),
+        EngineDelta("a", [3], PROMPT, 0, "stop", index=0, logprobs=lp),
+        EngineDelta("bb", [4, 5], PROMPT, 0, "length", index=1, logprobs=lp + lp),
+    ]
+
+
+def test_n_choices_stream_separately_with_logprobs_and_count_in_usage():
+    body = {"n": 2, "logprobs": True, "top_logprobs": 2, "stream_options": {"include_usage": True}}
+    events, h, _ = asyncio.run(_collect(StubEngine(_two_choices()), **body))
+    chunks = [json.loads(p) for p in _payloads(events)[:-1]]
+    by_index: dict[int, list] = {0: [], 1: []}
+    for c in chunks[:-1]:
+        by_index[c["choices"][0]["index"]].append(c["choices"][0])
+    for index, text, reason in ((0, "Aa", "stop"), (1, "Bbb", "length")):
+        choice = by_index[index]
+        assert choice[0]["delta"] == {"role": "assistant", "content": ""}
+        assert "".join(c["delta"].get("content") or "" for c in choice) == text
+        assert choice[-1]["finish_reason"] == reason
+        tokens = [t for c in choice if c["logprobs"] for t in c["logprobs"]["content"]]
+        assert tokens[0]["top_logprobs"][1] == {"token": "b", "logprob": -1.5, "bytes": [98]}
+    assert chunks[-1]["usage"]["completion_tokens"] == 5  # every choice's tokens
+    assert h.records[0].usage.completion == 5
+
+
+def test_non_streaming_n_choices_and_named_tool_call():
+    from serving.engine import EngineDelta
+    from tests.stubs import PROMPT
+
+    h = harness(StubEngine(_two_choices()))
+    tool_engine = StubEngine([EngineDelta('{"city": "Paris"}', [7, 8], PROMPT, 0, "stop")])
+    h_tool = harness(tool_engine)
+
+    async def run(harness_, **body):
+        req = _req(**body)
+        completion = await harness_.service.start(generation_request(req, 8), RecordingCaller())
+        return (await complete(req, completion)).content
+
+    body = asyncio.run(run(h, n=2))
+    assert [(c["index"], c["message"]["content"], c["finish_reason"]) for c in body["choices"]] == [
+        (0, "Aa", "stop"),
+        (1, "Bbb", "length"),
+    ]
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    called = asyncio.run(run(h_tool, tools=tools, tool_choice=named))
+    message = called["choices"][0]["message"]
+    assert message["content"] is None
+    assert message["tool_calls"][0]["function"] == {"name": "get_weather", "arguments": '{"city": "Paris"}'}
+    assert called["choices"][0]["finish_reason"] == "stop"  # a named function stops, as OpenAI's does
+    assert tool_engine.requests[0].params.structured.json_schema == {"type": "object"}
