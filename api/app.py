@@ -27,6 +27,7 @@ from api.routes.billing import PriceController, stripe_webhook
 from api.routes.chat import create_chat_completion
 from api.routes.models import list_models, retrieve_model
 from api.routes.ops import health, metrics
+from api.routes.responses import create_response
 from api.routes.usage import usage_receipt, usage_summary
 from api.settings import Settings
 from api.state import AppState, build_state, console_secret
@@ -84,7 +85,14 @@ def create_app(settings: Settings, on_ready: Callable[[AppState], None] | None =
 
     api = Router(
         path="/",
-        route_handlers=[create_chat_completion, list_models, retrieve_model, usage_receipt, usage_summary],
+        route_handlers=[
+            create_chat_completion,
+            create_response,
+            list_models,
+            retrieve_model,
+            usage_receipt,
+            usage_summary,
+        ],
         dependencies={"principal": Provide(principal)},
     )
     admin_api = Router(path="/", route_handlers=[AdminController, PriceController], guards=[admin_only])

@@ -64,6 +64,7 @@ def parse_chat_request(body: bytes) -> ChatCompletionRequest:
 
 
 def generation_request(req: ChatCompletionRequest, default_max_tokens: int) -> GenerationRequest:
+    _check_choices(req)
     params = GenerationParams(
         max_tokens=req.completion_limit() or default_max_tokens,
         temperature=req.temperature,
@@ -81,6 +82,13 @@ def generation_request(req: ChatCompletionRequest, default_max_tokens: int) -> G
         structured=_structured(req.response_format),
     )
     return GenerationRequest(req.model, req.messages, params, req.priority, req.allow_degraded, _tool_plan(req))
+
+
+def _check_choices(req: ChatCompletionRequest) -> None:
+    if req.n > 1 and req.temperature == 0:
+        raise InvalidRequest(
+            "n > 1 needs sampling: with temperature 0 every choice would be the same", param="n", code="invalid_value"
+        )
 
 
 def _logprobs(req: ChatCompletionRequest) -> int | None:

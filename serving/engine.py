@@ -178,7 +178,9 @@ def _stat_logger_factory(stats: EngineStats) -> Any:
     return _Recorder
 
 
-def _invalid(message: str, params: GenerationParams) -> InvalidRequest:
+def _invalid(message: str, params: GenerationParams, parameter: str | None = None) -> InvalidRequest:
+    if parameter:  # a sampling parameter vLLM refused; its names are OpenAI's
+        return InvalidRequest(message, code="invalid_value", param=parameter)
     if "context length" in message:
         return InvalidRequest(message, code="context_length_exceeded", param="messages")
     if params.structured is not None and any(w in message.lower() for w in ("schema", "grammar", "json", "struct")):
@@ -211,6 +213,7 @@ class VllmEngine:
         os.environ.update(ENGINE_ENV)
         # Read by the spawned engine process: each engine gets its own thread budget.
         os.environ["OMP_NUM_THREADS"] = str(spec.cpu_threads)
+        from vllm.config import StructuredOutputsConfig
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
@@ -228,6 +231,9 @@ class VllmEngine:
             enable_prefix_caching=spec.enable_prefix_caching,
             enable_mm_embeds=spec.enable_mm_embeds,
             scheduling_policy="priority",
+            # Compact JSON under structured outputs: a grammar that allows any whitespace lets a weak model pad
+            # until max_tokens.
+            structured_outputs_config=StructuredOutputsConfig(backend="xgrammar", disable_any_whitespace=True),
             disable_log_stats=True,
         )
         stats = EngineStats()
@@ -277,8 +283,8 @@ class VllmEngine:
 
         if self._llm.errored:
             raise EngineUnavailable(f"the engine of model '{self.name}' is not running")
-        sampling = sampling_params(request.params)
         try:
+            sampling = sampling_params(request.params)
             async for out in self._llm.generate(
                 engine_prompt(request), sampling, request_id=request.request_id, priority=request.priority
             ):
@@ -292,7 +298,7 @@ class VllmEngine:
         except (VLLMClientError, ValueError) as exc:
             # vLLM validates the processed prompt (length, media counts) and any structured-output
             # constraint before scheduling it.
-            raise _invalid(str(exc), request.params) from exc
+            raise _invalid(str(exc), request.params, getattr(exc, "parameter", None)) from exc
 
     def shutdown(self) -> None:
         self._llm.shutdown()

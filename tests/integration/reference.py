@@ -68,3 +68,22 @@ def media_token_counts(name: str, prompt_ids: list[int]) -> dict[str, int]:
     thinker, _ = load(name)
     cfg = thinker.config
     return {"image": prompt_ids.count(cfg.image_token_index), "audio": prompt_ids.count(cfg.audio_token_index)}
+
+
+def greedy_logprobs(
+    name: str, messages: list[dict[str, Any]], tokens: list[int], top: int = 3
+) -> list[tuple[float, list[float]]]:
+    """For each of `tokens` continuing the prompt: its log probability under the model's raw logits, and the
+    `top` highest log probabilities at that position."""
+    thinker, _ = load(name)
+    inputs = processed(name, messages, [], [])
+    prompt = inputs["input_ids"]
+    ids = torch.cat([prompt, torch.tensor([tokens])], dim=1)
+    with torch.no_grad():
+        logits = thinker(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[0].float()
+    logprobs = torch.log_softmax(logits, dim=-1)
+    out = []
+    for i, token in enumerate(tokens):
+        row = logprobs[prompt.shape[1] - 1 + i]
+        out.append((float(row[token]), [float(v) for v in torch.topk(row, top).values]))
+    return out
