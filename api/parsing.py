@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from api.fields import check_fields, logit_bias
 from api.protocol import ChatCompletionRequest, ResponseFormat
 from serving.engine import GenerationParams, StructuredOutput
 from serving.errors import InvalidRequest
@@ -64,6 +65,7 @@ def parse_chat_request(body: bytes) -> ChatCompletionRequest:
 
 
 def generation_request(req: ChatCompletionRequest, default_max_tokens: int) -> GenerationRequest:
+    check_fields(req)
     _check_choices(req)
     params = GenerationParams(
         max_tokens=req.completion_limit() or default_max_tokens,
@@ -80,6 +82,7 @@ def generation_request(req: ChatCompletionRequest, default_max_tokens: int) -> G
         n=req.n,
         logprobs=_logprobs(req),
         structured=_structured(req.response_format),
+        logit_bias=logit_bias(req),
     )
     return GenerationRequest(req.model, req.messages, params, req.priority, req.allow_degraded, _tool_plan(req))
 

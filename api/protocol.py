@@ -92,6 +92,7 @@ class ChatCompletionRequest(_Loose):
     messages: list[ChatMessage] = Field(min_length=1)
     model: str
     frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
+    logit_bias: dict[str, float] | None = None
     max_completion_tokens: int | None = Field(default=None, ge=1)
     max_tokens: int | None = Field(default=None, ge=1)
     logprobs: StrictBool = False
@@ -109,6 +110,13 @@ class ChatCompletionRequest(_Loose):
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: StrictBool = True
     user: str | None = None
+    # Accepted with no effect on the answer (identifiers and hints); see api/fields.py.
+    metadata: dict[str, str] | None = None
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
+    service_tier: str | None = None
+    store: StrictBool | None = None
+    modalities: list[str] | None = None
     # Extensions, as vLLM's server names them.
     top_k: int | None = Field(default=None, ge=-1)
     min_tokens: int = Field(default=0, ge=0)

@@ -79,6 +79,7 @@ class GenerationParams:
     n: int = 1  # choices generated from the one prompt
     logprobs: int | None = None  # None: no logprobs; k: the sampled token's and the k most likely ones
     structured: StructuredOutput | None = None
+    logit_bias: dict[int, float] | None = None  # token id -> added to its logit
 
 
 @dataclass(frozen=True)

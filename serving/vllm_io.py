@@ -33,6 +33,7 @@ def sampling_params(p: GenerationParams) -> Any:
         min_tokens=p.min_tokens,
         ignore_eos=p.ignore_eos,
         logprobs=p.logprobs,
+        logit_bias=p.logit_bias,
         structured_outputs=structured,
         output_kind=RequestOutputKind.DELTA,
     )
