@@ -36,12 +36,14 @@ bench-smoke: setup
 	$(VENV)/bin/tessera bench pipeline --smoke --json artifacts/bench-smoke/pipeline.json
 	$(VENV)/bin/tessera bench latency --smoke --json artifacts/bench-smoke/latency.json
 	$(VENV)/bin/tessera bench tenancy --smoke --json artifacts/bench-smoke/tenancy.json
+	$(VENV)/bin/tessera bench structured --smoke --json artifacts/bench-smoke/structured.json
 
 # The full benches (about 3, 2 and 1 minutes on 2 cores).
 bench: setup
 	$(VENV)/bin/tessera bench pipeline --json artifacts/bench_pipeline.json
 	$(VENV)/bin/tessera bench latency --json artifacts/bench_latency.json
 	$(VENV)/bin/tessera bench tenancy --json artifacts/bench_tenancy.json
+	$(VENV)/bin/tessera bench structured --json artifacts/bench_structured.json
 
 clean:
 	rm -rf $(VENV) .tessera .pytest_cache .mypy_cache .ruff_cache

@@ -10,7 +10,7 @@ SMOKE_HELP = "Tiny counts that still run every step, live server included (a min
 
 
 def add_bench_parser(subparsers: Any) -> None:
-    """Adds `bench pipeline|latency|tenancy`, each with `--json PATH` (required) and `--smoke`."""
+    """Adds `bench pipeline|latency|tenancy|structured`, each with `--json PATH` (required) and `--smoke`."""
     bench = subparsers.add_parser("bench", help="Benchmarks (each writes JSON; --smoke for a quick check).")
     kinds = bench.add_subparsers(dest="bench_command", required=True)
     pipe = kinds.add_parser("pipeline", help="Encoder pools, embedding cache and admission vs the plain path.")
@@ -20,7 +20,8 @@ def add_bench_parser(subparsers: Any) -> None:
     tenancy = kinds.add_parser("tenancy", help="What tenant auth, quotas and metering add per request.")
     tenancy.add_argument("--requests", type=int, help="Timed requests per side (default 100; smoke 5).")
     tenancy.add_argument("--redis-url", default=None, help="Redis for the rate limits (default db 4 on localhost).")
-    for p in (pipe, latency, tenancy):
+    structured = kinds.add_parser("structured", help="TPOT with and without response_format (guided decoding).")
+    for p in (pipe, latency, tenancy, structured):
         p.add_argument("--json", type=Path, required=True, help="Where to write the results.")
         p.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
 
@@ -36,6 +37,10 @@ def run_bench(args: argparse.Namespace) -> None:
             from bench.pipeline import run_pipeline_bench
 
             run_pipeline_bench(args.json, settings, smoke=args.smoke)
+        elif args.bench_command == "structured":
+            from bench.structured import run_structured_bench
+
+            run_structured_bench(args.json, settings, smoke=args.smoke)
         elif args.bench_command == "latency":
             from bench.latency import run_latency_bench
 

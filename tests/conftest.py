@@ -15,6 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bench.server import stop_process
+
 REPO = Path(__file__).resolve().parents[1]
 MODELS_DIR = REPO / ".tessera" / "models"
 API_KEY = "sk-test-key"
@@ -72,12 +74,7 @@ def run_server(env: dict[str, str], log_path: Path) -> Iterator[LiveServer]:
         _wait_healthy(live)
         yield live
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=30)
+        stop_process(proc)
 
 
 @pytest.fixture(scope="session")
