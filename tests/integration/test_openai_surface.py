@@ -250,3 +250,21 @@ def test_n_choices_are_generated_metered_and_billed_together(client, server):
     with pytest.raises(openai.BadRequestError) as exc:
         _ask(client, "small", "Say something.", max_tokens=4, n=2)  # greedy: every choice would be the same
     assert exc.value.body["param"] == "n"
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"store": True}, "store"),
+        ({"audio": {"voice": "alloy", "format": "wav"}, "modalities": ["text", "audio"]}, "audio"),
+        ({"modalities": ["text", "audio"]}, "modalities"),
+        ({"reasoning_effort": "high"}, "reasoning_effort"),
+        ({"service_tier": "priority"}, "service_tier"),
+        ({"logit_bias": {"999999999": 5}}, "logit_bias"),
+        ({"n": 2, "temperature": 0}, "n"),
+    ],
+)
+def test_refused_fields_are_400s_naming_their_param(client, extra, param):
+    with pytest.raises(openai.BadRequestError) as exc:
+        _ask(client, "small", "hi", max_tokens=2, **extra)
+    assert exc.value.body["param"] == param
