@@ -120,7 +120,7 @@ async def _chat_body(data: dict[str, Any]) -> dict[str, Any]:
     if system:
         messages.append({"role": "system", "content": system})
     messages.append({"role": "user", "content": parts})
-    return {
+    body: dict[str, Any] = {
         "model": str(data.get("model") or "auto"),
         "messages": messages,
         "stream": True,
@@ -128,6 +128,16 @@ async def _chat_body(data: dict[str, Any]) -> dict[str, Any]:
         "max_tokens": _number(data, "max_tokens", int, 64),
         "temperature": _number(data, "temperature", float, 0.0),
     }
+    response_format = _response_format(data)
+    if response_format is not None:
+        body["response_format"] = response_format
+    tools = _tools(data)
+    if tools is not None:
+        body["tools"] = tools
+    tool_choice = _tool_choice(data, tools)
+    if tool_choice is not None:
+        body["tool_choice"] = tool_choice
+    return body
 
 
 def _number(data: dict[str, Any], name: str, kind: type[int] | type[float], default: float) -> Any:
@@ -138,3 +148,114 @@ def _number(data: dict[str, Any], name: str, kind: type[int] | type[float], defa
         return kind(raw)
     except ValueError as exc:
         raise InvalidRequest(f"{name} must be a number", param=name) from exc
+
+
+# The playground's structured-output and tool boxes. Only their JSON and shape are checked here, with the form's
+# own words; everything else (names, schemas, which model can call tools) is the API's to judge, as for any caller.
+FORMATS = {"text": "text", "json_object": "JSON object", "json_schema": "JSON schema"}
+TOOL_CHOICES = ("auto", "required", "none")
+NAMED_CHOICE = "function:"  # the tool-choice select's value for one named function, e.g. `function:get_time`
+SCHEMA_NAME = "answer"  # json_schema.name, when the box holds a bare schema
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _json_box(data: dict[str, Any], field: str, label: str, param: str) -> Any:
+    """The parsed JSON in a form box, or None when it is empty."""
+    raw = str(data.get(field) or "").strip()
+    if not raw:
+        return None
+    try:
+        return json.loads(raw, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise InvalidRequest(
+            f"{label} is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})", param=param
+        ) from exc
+    except (ValueError, RecursionError) as exc:
+        raise InvalidRequest(f"{label} is not valid JSON: {exc}", param=param) from exc
+
+
+def _response_format(data: dict[str, Any]) -> dict[str, Any] | None:
+    """text (nothing to send), JSON object, or JSON schema with the schema box: a bare schema, or OpenAI's
+    `{"name", "schema", "strict"}` as it is."""
+    kind = str(data.get("response_format") or "text").strip()
+    if kind not in FORMATS:
+        raise InvalidRequest("Response format must be text, JSON object or JSON schema.", param="response_format")
+    has_schema = bool(str(data.get("json_schema") or "").strip())
+    if kind != "json_schema":
+        if has_schema:
+            raise InvalidRequest(
+                f"There is a JSON schema in its box, but the response format is {FORMATS[kind]}: "
+                "choose JSON schema, or clear the box.",
+                param="response_format",
+            )
+        return None if kind == "text" else {"type": "json_object"}
+    schema = _json_box(data, "json_schema", "The JSON schema", "response_format")
+    if schema is None:
+        raise InvalidRequest(
+            "Response format JSON schema needs a schema in the JSON schema box.", param="response_format"
+        )
+    if not isinstance(schema, dict):
+        raise InvalidRequest(
+            'The JSON schema must be a JSON object, such as {"type": "object", "properties": {...}}.',
+            param="response_format",
+        )
+    if isinstance(schema.get("schema"), dict) and "name" in schema:
+        return {"type": "json_schema", "json_schema": schema}  # already OpenAI's json_schema object
+    return {"type": "json_schema", "json_schema": {"name": SCHEMA_NAME, "schema": schema, "strict": True}}
+
+
+def _tools(data: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """OpenAI's function tools from the tools box: a list (or one) of `{"type": "function", "function": {...}}`
+    or of bare `{"name", "description", "parameters"}` functions, which are wrapped. An empty list is none."""
+    parsed = _json_box(data, "tools", "Tools", "tools")
+    if parsed is None:
+        return None
+    if isinstance(parsed, dict):
+        parsed = [parsed]
+    if not isinstance(parsed, list):
+        raise InvalidRequest("Tools must be a JSON list of functions.", param="tools")
+    tools = [_tool(item, i) for i, item in enumerate(parsed)]
+    return tools or None
+
+
+def _tool(item: Any, i: int) -> dict[str, Any]:
+    shape = 'either {"name": ..., "description": ..., "parameters": {...}} or {"type": "function", "function": {...}}'
+    if not isinstance(item, dict):
+        raise InvalidRequest(f"Tool {i + 1} must be a JSON object: {shape}.", param="tools")
+    kind = item.get("type", "function")
+    if kind != "function":
+        raise InvalidRequest(f"Tool {i + 1} is a {kind!r} tool; only function tools are supported.", param="tools")
+    if "function" in item:
+        function = item["function"]
+        tool = {**item, "type": "function"}
+    else:
+        function = {k: v for k, v in item.items() if k != "type"}
+        tool = {"type": "function", "function": function}
+    if not isinstance(function, dict) or not isinstance(function.get("name"), str) or not function["name"].strip():
+        raise InvalidRequest(f"Tool {i + 1} needs a function name: {shape}.", param="tools")
+    return tool
+
+
+def _tool_choice(data: dict[str, Any], tools: list[dict[str, Any]] | None) -> str | dict[str, Any] | None:
+    """auto, required, none, or one of the tools by name (`function:NAME`, or the bare name). Without tools
+    there is nothing to choose: auto and none are dropped, anything else is refused."""
+    raw = str(data.get("tool_choice") or "").strip()
+    if not tools:
+        if raw in ("", "auto", "none"):
+            return None
+        wanted = raw.removeprefix(NAMED_CHOICE)
+        raise InvalidRequest(f"Tool choice {wanted!r} needs tools: add them in the Tools box.", param="tool_choice")
+    if not raw:
+        return None
+    if raw in TOOL_CHOICES:
+        return raw
+    name = raw.removeprefix(NAMED_CHOICE).strip()
+    names = [str(t["function"]["name"]) for t in tools]
+    if name not in names:
+        raise InvalidRequest(
+            f"Tool choice names {name!r}, which is not one of the tools ({', '.join(names)}).", param="tool_choice"
+        )
+    return {"type": "function", "function": {"name": name}}

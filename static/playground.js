@@ -50,6 +50,69 @@
     }
   });
 
+  // Structured output and tools. The schema box is only sent with the JSON schema format (a disabled field is
+  // not submitted); the tool-choice select offers each function named in the tools box, once it parses.
+  const formatSelect = document.getElementById("response_format");
+  const schemaBox = document.getElementById("json_schema");
+  const toolsBox = document.getElementById("tools");
+  const toolChoice = document.getElementById("tool_choice");
+  function syncFormat() {
+    const on = formatSelect.value === "json_schema";
+    document.getElementById("schema-group").hidden = !on;
+    schemaBox.disabled = !on;
+  }
+  function syncToolNames() {
+    const kept = toolChoice.value;
+    let names = [];
+    try { names = (toolsFrom(toolsBox.value) || []).map((t) => t.function && t.function.name); } catch (_) { /* not JSON yet */ }
+    names = [...new Set(names.filter((n) => typeof n === "string" && n.trim()))];
+    const old = toolChoice.querySelector("optgroup");
+    if (old) old.remove();
+    if (names.length) {
+      const group = document.createElement("optgroup");
+      group.label = "Call this function";
+      for (const name of names) group.appendChild(new Option(name, "function:" + name));
+      toolChoice.appendChild(group);
+    }
+    toolChoice.value = Array.from(toolChoice.options).some((o) => o.value === kept) ? kept : "auto";
+  }
+  formatSelect.addEventListener("change", syncFormat);
+  toolsBox.addEventListener("input", syncToolNames);
+  syncFormat();
+  syncToolNames();
+
+  // The same readings of the boxes as the server's (console/controllers.py), for the copied code.
+  function parseBox(text) {
+    const t = (text || "").trim();
+    return t ? JSON.parse(t) : null;
+  }
+  function toolsFrom(text) {
+    let parsed = parseBox(text);
+    if (parsed === null) return null;
+    if (!Array.isArray(parsed)) parsed = [parsed];
+    const tools = parsed.map((item) => {
+      if ("function" in item) return { ...item, type: "function" };
+      const fn = { ...item };
+      delete fn.type;
+      return { type: "function", function: fn };
+    });
+    return tools.length ? tools : null;
+  }
+  function responseFormat(fields) {
+    const kind = fields.get("response_format") || "text";
+    if (kind === "json_object") return { type: "json_object" };
+    if (kind !== "json_schema") return null;
+    const schema = parseBox(fields.get("json_schema"));
+    if (schema && typeof schema.schema === "object" && schema.schema !== null && "name" in schema) return { type: "json_schema", json_schema: schema };
+    return { type: "json_schema", json_schema: { name: "answer", schema, strict: true } };
+  }
+  function toolChoiceFrom(fields, tools) {
+    const raw = (fields.get("tool_choice") || "").trim();
+    if (!tools || !raw) return null;
+    if (["auto", "required", "none"].includes(raw)) return raw;
+    return { type: "function", function: { name: raw.replace(/^function:/, "").trim() } };
+  }
+
   // Each message is a new element, so the toast's fade-out starts again for every one.
   function showToast(message) {
     const p = document.createElement("p");
@@ -78,22 +141,57 @@
     if ((fields.get("system") || "").trim()) messages.push({ role: "system", content: fields.get("system").trim() });
     messages.push({ role: "user", content });
     const body = { model: fields.get("model"), messages, max_tokens: Number(fields.get("max_tokens")), temperature: Number(fields.get("temperature")), stream: true };
+    const format = responseFormat(fields);
+    if (format) body.response_format = format;
+    const tools = toolsFrom(fields.get("tools"));
+    if (tools) body.tools = tools;
+    const choice = toolChoiceFrom(fields, tools);
+    if (choice) body.tool_choice = choice;
     // The key goes in double quotes so the shell expands it; the body in single quotes, with any ' escaped.
     const shellBody = JSON.stringify(body).replace(/'/g, "'\\''");
+    // Streamed tool calls come in pieces: the function's name first, then its arguments a bit at a time.
+    const printCalls = tools
+      ? "        for call in delta.tool_calls or []:\n            if call.function and call.function.name:\n                print(\"\\n\" + call.function.name, end=\" \")\n" +
+        "            if call.function and call.function.arguments:\n                print(call.function.arguments, end=\"\")\n"
+      : "";
     return "curl " + base + "/chat/completions \\\n  -H \"Authorization: Bearer $TESSERA_API_KEY\" -H 'Content-Type: application/json' \\\n  -d '" + shellBody + "'\n\n" +
       "import json, os\nfrom openai import OpenAI\n\nclient = OpenAI(base_url=\"" + base + "\", api_key=os.environ[\"TESSERA_API_KEY\"])\n" +
       "request = json.loads(" + JSON.stringify(JSON.stringify(body)) + ")\n" +
-      "for chunk in client.chat.completions.create(**request):\n    if chunk.choices:\n        print(chunk.choices[0].delta.content or \"\", end=\"\")\n";
+      "for chunk in client.chat.completions.create(**request):\n    if chunk.choices:\n        delta = chunk.choices[0].delta\n        print(delta.content or \"\", end=\"\")\n" +
+      printCalls;
+  }
+
+  // Tool calls as they stream: pieces keyed by index, the first with the id and name, the rest adding arguments.
+  function showCalls(calls) {
+    const list = document.getElementById("tool-calls");
+    document.getElementById("tool-calls-box").hidden = calls.length === 0;
+    calls.forEach((call, index) => {
+      if (!call) return;
+      let block = list.querySelector("pre[data-index='" + index + "']");
+      if (!block) {
+        block = document.createElement("pre");
+        block.className = "tool-call";
+        block.dataset.index = String(index);
+        list.appendChild(block);
+      }
+      let args = call.arguments;
+      try { args = JSON.stringify(JSON.parse(call.arguments), null, 2); } catch (_) { /* still streaming, or not JSON */ }
+      block.dataset.name = call.name;
+      block.textContent = call.name + "(" + args + ")";
+    });
   }
 
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     const fields = new FormData(form);
     answer.textContent = "";
+    document.getElementById("tool-calls").replaceChildren();
+    document.getElementById("tool-calls-box").hidden = true;
     breakdown.replaceChildren();
     document.getElementById("summary-slot").replaceChildren();
     answer.setAttribute("aria-busy", "true");
-    code.textContent = snippet(fields);
+    // A box that does not parse leaves no code to copy; the server's refusal says what is wrong.
+    try { code.textContent = snippet(fields); } catch (_) { code.textContent = ""; }
     const started = performance.now();
     let firstToken = null;
     const response = await fetch("/console/playground/run", {
@@ -115,7 +213,8 @@
     }
     const reader = response.body.getReader();
     const decoder = new TextDecoder();
-    let buffer = "", usage = null, id = null, tokens = 0;
+    let buffer = "", usage = null, id = null, tokens = 0, finish = null;
+    const calls = [];
     for (;;) {
       const { value, done } = await reader.read();
       if (done) break;
@@ -130,12 +229,23 @@
         if (chunk.error) { showToast(chunk.error.message); continue; }
         id = chunk.id;
         if (chunk.usage) usage = chunk.usage;
-        const delta = chunk.choices && chunk.choices[0] && chunk.choices[0].delta.content;
-        if (delta) {
+        const choice = chunk.choices && chunk.choices[0];
+        if (!choice) continue;
+        if (choice.finish_reason) finish = choice.finish_reason;
+        const delta = choice.delta || {};
+        if (delta.content || delta.tool_calls) {
           if (firstToken === null) firstToken = performance.now();
           tokens += 1;
-          answer.textContent += delta;
         }
+        if (delta.content) answer.textContent += delta.content;
+        for (const piece of delta.tool_calls || []) {
+          const index = piece.index || 0;
+          const call = calls[index] || (calls[index] = { id: "", name: "", arguments: "" });
+          if (piece.id) call.id = piece.id;
+          if (piece.function && piece.function.name) call.name += piece.function.name;
+          if (piece.function && piece.function.arguments) call.arguments += piece.function.arguments;
+        }
+        if (delta.tool_calls) showCalls(calls);
       }
     }
     const total = performance.now() - started;
@@ -148,6 +258,7 @@
     row("audio tokens", d.audio_tokens + (d.cached_audio_tokens ? " (" + d.cached_audio_tokens + " cached)" : ""));
     row("prefix-cached tokens", d.cached_tokens);
     row("output tokens", usage.completion_tokens);
+    row("finish reason", finish || "n/a");
     row("TTFT", firstToken === null ? "n/a" : Math.round(firstToken - started) + " ms");
     row("TPOT", firstToken === null || usage.completion_tokens < 2 ? "n/a" : Math.round((total - (firstToken - started)) / (usage.completion_tokens - 1)) + " ms");
     row("total latency", Math.round(total) + " ms");

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import os
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
+import jsonschema
 
 from tests import media, openai_wire
 from tests.browser.pages import (
@@ -222,4 +224,127 @@ def test_recorded_audio_streams_through_the_playground(server, browser, tenant_k
     page.goto(server.base_url + "/console/usage")
     cells = page.locator("#usage-grounding tbody tr td").all_inner_texts()
     assert cells[:3] == ["text+audio", "1", f"{score:.2f}"]
+    page.close()
+
+
+CITY = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string", "maxLength": 24},
+        "coastal": {"type": "boolean"},
+        "size": {"type": "string", "enum": ["village", "town", "city"]},
+    },
+    "required": ["city", "coastal", "size"],
+    "additionalProperties": False,
+}
+WEATHER = {  # bare functions, as the tools box also takes them
+    "name": "get_weather",
+    "description": "The current weather in a city.",
+    "parameters": {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string", "maxLength": 24},
+            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+        },
+        "required": ["city", "unit"],
+        "additionalProperties": False,
+    },
+}
+CLOCK = {
+    "name": "get_time",
+    "parameters": {
+        "type": "object",
+        "properties": {"zone": {"type": "string", "enum": ["UTC", "CET", "PST"]}},
+        "required": ["zone"],
+        "additionalProperties": False,
+    },
+}
+
+
+def _run_and_wait(page) -> None:
+    page.get_by_role("button", name="Run").click()
+    page.wait_for_selector("#breakdown dd[data-field='finish reason']", timeout=120_000)
+
+
+def test_playground_json_schema_and_tools_stream_and_copy_as_code(server, browser, tenant_key):
+    page = browser.new_page()
+    sign_in(page, server, tenant_key)
+    page.get_by_label("Model").select_option("large")
+    page.get_by_label("Max tokens").fill("96")
+    # The schema box shows only with the JSON schema format, so a schema left in it is not sent otherwise.
+    assert not page.get_by_label("JSON schema", exact=True).is_visible()
+    page.get_by_label("Response format").select_option(label="JSON schema")
+    page.get_by_label("JSON schema", exact=True).fill(json.dumps(CITY, indent=2))
+    page.get_by_label("Prompt", exact=True).fill("Describe Bergen in JSON.")
+    _run_and_wait(page)
+    answer = json.loads(page.locator("#answer").inner_text())
+    jsonschema.validate(answer, CITY)
+    assert page.locator("dd[data-field='finish reason']").inner_text() == "stop"
+    assert page.locator("#tool-calls-box").is_hidden()
+    code = page.locator("#code").inner_text()
+    wrapped = {"type": "json_schema", "json_schema": {"name": "answer", "schema": CITY, "strict": True}}
+    assert '"response_format":' + json.dumps(wrapped, separators=(",", ":")) in code
+    assert '"tools"' not in code
+    shoot(page, "playground-json-schema")
+
+    # Tools, as bare functions; once they parse, the tool choice offers each by name. Named: the call is
+    # get_weather's, its arguments valid, and the answer stops there.
+    page.get_by_label("Response format").select_option(label="Text")
+    page.get_by_label("Tools", exact=True).fill(json.dumps([WEATHER, CLOCK], indent=2))
+    choices = page.get_by_label("Tool choice").locator("option").all_inner_texts()
+    assert choices == ["auto", "required", "none", "get_weather", "get_time"]
+    page.get_by_label("Tool choice").select_option(label="get_weather")
+    page.get_by_label("Prompt", exact=True).fill("What is the weather in Oslo, in celsius?")
+    _run_and_wait(page)
+    call = page.locator("#tool-calls pre.tool-call")
+    assert call.count() == 1
+    assert call.get_attribute("data-name") == "get_weather"
+    shown = call.inner_text()
+    assert shown.startswith("get_weather({\n  ")  # pretty-printed arguments
+    assert shown.endswith("\n})")
+    jsonschema.validate(json.loads(shown.removeprefix("get_weather(").removesuffix(")")), WEATHER["parameters"])
+    assert page.locator("dd[data-field='finish reason']").inner_text() == "stop"  # a named function stops
+    assert page.locator("#answer").inner_text() == ""
+    code = page.locator("#code").inner_text()
+    assert '"response_format"' not in code  # the text format sends none, and the hidden schema stays behind
+    tools = [{"type": "function", "function": f} for f in (WEATHER, CLOCK)]
+    assert '"tools":' + json.dumps(tools, separators=(",", ":")) in code
+    assert '"tool_choice":{"type":"function","function":{"name":"get_weather"}}' in code
+    assert "delta.tool_calls" in code  # the Python snippet prints the calls as well
+    shoot(page, "playground-tools")
+    # The copied curl asks the API the same, and gets the call streamed back.
+    curl = code.split("\n\n", 1)[0]
+    env = {**os.environ, "TESSERA_API_KEY": tenant_key}
+    ran = subprocess.run(
+        ["bash", "-c", curl + " --silent --show-error --fail"], check=False, env=env, capture_output=True, text=True
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert '"tool_calls":[{"index":0,' in ran.stdout
+    assert '"name":"get_weather"' in ran.stdout
+    page.close()
+
+
+def test_playground_refusals_of_the_schema_and_tools_are_toasts(server, browser, tenant_key):
+    page = browser.new_page()
+    sign_in(page, server, tenant_key)
+    page.get_by_label("Model").select_option("small")
+    page.get_by_label("Response format").select_option(label="JSON schema")
+    page.get_by_label("JSON schema", exact=True).fill('{"type": "object",')
+    page.get_by_role("button", name="Run").click()
+    toast = page.locator("#toast .toast-message")
+    toast.wait_for()
+    assert (
+        toast.inner_text()
+        == "The JSON schema is not valid JSON: Expecting property name enclosed in double quotes (line 1, column 19)"
+    )
+    assert page.locator("#code").inner_text() == ""  # nothing runnable to copy
+    # The API's own refusal: `auto` needs a tool-call parser, which the small model lacks.
+    page.get_by_label("Response format").select_option(label="Text")
+    page.get_by_label("Tools", exact=True).fill(json.dumps(WEATHER))
+    page.get_by_label("Tool choice").select_option("auto")
+    page.get_by_role("button", name="Run").click()
+    page.wait_for_function(
+        "document.querySelector('#toast .toast-message').innerText.includes('tool-call parser')", timeout=30_000
+    )
+    assert page.locator("#breakdown dd").count() == 0
     page.close()
