@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -43,11 +44,32 @@ def _unknown_fields(model: BaseModel, prefix: str = "") -> list[str]:
     return found
 
 
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _has_lone_surrogate(body: bytes, data: object) -> bool:
+    """JSON may escape a surrogate half on its own; Python keeps it, and no tokenizer can encode it. The
+    regular expression only spares the exact check for bodies without any surrogate escape."""
+    if _SURROGATE_ESCAPE.search(body) is None:
+        return False
+    try:
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def parse_chat_request(body: bytes) -> ChatCompletionRequest:
     try:
         data = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InvalidRequest(f"the body is not valid JSON: {exc}", code="invalid_json") from exc
+    except RecursionError as exc:
+        raise InvalidRequest("the body nests too deeply", code="invalid_json") from exc
+    if _has_lone_surrogate(body, data):
+        raise InvalidRequest(
+            "the body holds a lone UTF-16 surrogate escape (\\ud800-\\udfff), which is not text", code="invalid_json"
+        )
     if not isinstance(data, dict):
         raise InvalidRequest("the body must be a JSON object", code="invalid_json")
     try:

@@ -27,14 +27,14 @@ def test_unknown_fields_are_accepted_and_logged(caplog):
         {
             "model": "small",
             "messages": [{"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": {}}]}],
-            "logit_bias": {},
-            "service_tier": "auto",
+            "vendor_hint": {},
+            "trace_label": "auto",
         }
     )
     assert req.model == "small"
     logged = " ".join(r.getMessage() for r in caplog.records)
-    assert "logit_bias" in logged
-    assert "service_tier" in logged
+    assert "vendor_hint" in logged
+    assert "trace_label" in logged
     assert "messages[0].content[0].cache_control" in logged
 
 
@@ -152,3 +152,22 @@ def test_tools_become_a_plan():
     named = {"type": "function", "function": {"name": "get_weather"}}
     assert _generation(tools=tools, tool_choice=named, parallel_tool_calls=False).tools.choice == "get_weather"
     assert _generation(tools=tools, tool_choice="none").tools.rendered_tools() is None
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"model":"small","messages":[{"role":"user","content":"a\\ud800b"}]}',
+        b'{"model":"small","messages":[{"role":"user","content":"\\ude00\\ud83d"}]}',
+        b"[" * 100_000 + b"]" * 100_000,
+    ],
+)
+def test_bodies_no_tokenizer_can_take_are_400s(body):
+    with pytest.raises(InvalidRequest) as exc:
+        parse_chat_request(body)
+    assert exc.value.code == "invalid_json"
+
+
+def test_surrogate_pairs_and_escaped_backslashes_are_text():
+    req = parse_chat_request(b'{"model":"small","messages":[{"role":"user","content":"\\ud83d\\ude00 \\\\ud800"}]}')
+    assert req.messages[0].content == "\U0001f600 \\ud800"
