@@ -95,7 +95,15 @@ class InferenceService:
             pool, reason = named
         require_healthy(pool)
         params = _engine_params(request, pool)
-        needed = pipeline.estimate(prompt, probed, pool) + params.n * params.max_tokens
+        estimate = pipeline.estimate(prompt, probed, pool)
+        if estimate + params.max_tokens > pool.max_model_len:
+            raise InvalidRequest(
+                f"the prompt (about {estimate} tokens) plus max_tokens ({params.max_tokens}) exceeds the context "
+                f"of model '{pool.name}' ({pool.max_model_len} tokens)",
+                param="messages" if estimate >= pool.max_model_len else "max_tokens",
+                code="context_length_exceeded",
+            )
+        needed = estimate + params.n * params.max_tokens
 
         settlement = Settlement(await caller.reserve(pool.name, needed), self._tasks)
         releases.callback(settlement)

@@ -138,6 +138,14 @@ CASES = [
         IMG_PARAM,
     ),
     (
+        "max-tokens-beyond-any-context",
+        {"max_tokens": 10**30},
+        400,
+        "invalid_request_error",
+        "context_length_exceeded",
+        "max_tokens",
+    ),
+    (
         "prompt-longer-than-context",
         {"messages": [{"role": "user", "content": "word " * 5000}]},
         400,
