@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import time
+from collections import OrderedDict, deque
 from typing import Any
 
 from litestar.connection import ASGIConnection
 
-from serving.errors import AuthenticationFailed, PermissionDenied
+from serving.errors import AuthenticationFailed, PermissionDenied, RateLimited
 from tenancy.directory import Directory, Principal
 
 
@@ -24,10 +26,49 @@ def bearer_token(connection: ASGIConnection[Any, Any, Any, Any]) -> str | None:
 STATIC_ADMIN = Principal("admin", None, None, True, None, None)
 
 
+class FailureThrottle:
+    """At most `limit` failed key lookups per client address in any `window_s`; past that the address is
+    refused (429) before its keys cost a lookup. Addresses are tracked in a bounded LRU."""
+
+    def __init__(self, limit: int = 30, window_s: float = 10.0, addresses: int = 10_000) -> None:
+        self.limit = limit
+        self.window_s = window_s
+        self._addresses = addresses
+        self._failures: OrderedDict[str, deque[float]] = OrderedDict()
+
+    def check(self, address: str) -> None:
+        recent = self._recent(address)
+        if recent is not None and len(recent) >= self.limit:
+            wait = recent[0] + self.window_s - time.monotonic()
+            raise RateLimited(
+                "too many requests with invalid API keys from this address",
+                code="too_many_failed_keys",
+                retry_after_s=max(wait, 0.1),
+            )
+
+    def failed(self, address: str) -> None:
+        recent = self._recent(address)
+        if recent is None:
+            recent = self._failures[address] = deque(maxlen=self.limit)
+            while len(self._failures) > self._addresses:
+                self._failures.popitem(last=False)
+        recent.append(time.monotonic())
+        self._failures.move_to_end(address)
+
+    def _recent(self, address: str) -> deque[float] | None:
+        recent = self._failures.get(address)
+        if recent is not None:
+            horizon = time.monotonic() - self.window_s
+            while recent and recent[0] < horizon:
+                recent.popleft()
+        return recent
+
+
 class Authenticator:
-    def __init__(self, directory: Directory, admin_key: str | None) -> None:
+    def __init__(self, directory: Directory, admin_key: str | None, throttle: FailureThrottle | None = None) -> None:
         self._directory = directory
         self._admin_key = admin_key.encode() if admin_key else None
+        self.throttle = throttle or FailureThrottle()
 
     @property
     def static_admin_fingerprint(self) -> str | None:
@@ -44,10 +85,13 @@ class Authenticator:
             raise AuthenticationFailed("missing API key: send `Authorization: Bearer <key>`")
         if self.is_static_admin(token):
             return STATIC_ADMIN
+        address = connection.client.host if connection.client else "unknown"
         hit, found = self._directory.cached(token)
         if not hit:
+            self.throttle.check(address)
             found = await asyncio.to_thread(self._directory.resolve, token)
         if found is None:
+            self.throttle.failed(address)
             raise AuthenticationFailed("incorrect, revoked or expired API key")
         return found
 

@@ -12,6 +12,7 @@ import secrets
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -57,11 +58,24 @@ def _aware(moment: datetime | None) -> datetime | None:
 
 
 class Directory:
-    def __init__(self, db: Engine, secret: str, *, cache_ttl_s: float = 5.0) -> None:
+    """Keys and tenants. Resolved keys are cached for `cache_ttl_s` (unknown keys for `miss_ttl_s`), in an LRU
+    of at most `cache_entries`, so a flood of bad keys costs bounded memory."""
+
+    def __init__(
+        self,
+        db: Engine,
+        secret: str,
+        *,
+        cache_ttl_s: float = 5.0,
+        miss_ttl_s: float = 1.0,
+        cache_entries: int = 10_000,
+    ) -> None:
         self._db = db
         self._secret = secret.encode()
         self._cache_ttl = cache_ttl_s
-        self._cache: dict[str, tuple[float, Principal | None]] = {}
+        self._miss_ttl = miss_ttl_s
+        self._cache_entries = cache_entries
+        self._cache: OrderedDict[str, tuple[float, Principal | None]] = OrderedDict()
         self._lock = threading.Lock()
 
     def hash_key(self, key: str) -> str:
@@ -230,9 +244,17 @@ class Directory:
             if hit is not None and hit[0] > now:
                 return hit[1]
         principal = self._load(digest)
+        ttl = self._cache_ttl if principal is not None else self._miss_ttl
         with self._lock:
-            self._cache[digest] = (now + self._cache_ttl, principal)
+            self._cache[digest] = (now + ttl, principal)
+            self._cache.move_to_end(digest)
+            while len(self._cache) > self._cache_entries:
+                self._cache.popitem(last=False)
         return principal
+
+    @property
+    def cache_size(self) -> int:
+        return len(self._cache)
 
     def by_key_id(self, key_id: str) -> Principal | None:
         """The principal of a key known by id (a console session), with the same checks as `resolve`."""
