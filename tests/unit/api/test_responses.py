@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 
 import pytest
 from openai.types.responses import Response as SdkResponse
-from openai.types.responses import ResponseStreamEvent
+from openai.types.responses import ResponseStreamEvent, response_create_params
 from pydantic import TypeAdapter
 
 from api.responses import generation_request, parse_responses_request, to_conversation
+from api.responses_protocol import UNHONOURED, ResponsesRequest
 from api.responses_rendering import complete, lease_id, response_id, stream
 from serving.engine import EngineDelta, StructuredOutput
 from serving.errors import InvalidRequest
@@ -157,6 +159,11 @@ IMAGE = {"type": "input_image", "image_url": "data:image/png;base64,AAAA"}
 # -- refusals -----------------------------------------------------------------------------------------------------
 
 
+def test_every_field_the_sdk_sends_is_honoured_or_refused():
+    sdk_fields = set(response_create_params.ResponseCreateParamsBase.__annotations__) | {"stream"}
+    assert sdk_fields - set(ResponsesRequest.model_fields) - set(UNHONOURED) == set()
+
+
 @pytest.mark.parametrize(
     ("param", "value"),
     [
@@ -196,6 +203,15 @@ def test_unhonoured_openai_fields_are_refused_with_their_param(param, value):
 )
 def test_values_that_ask_for_nothing_are_accepted(body):
     _build(**body)
+
+
+def test_unknown_fields_are_logged_and_checked_ones_are_not(caplog):
+    caplog.set_level(logging.INFO, logger="api.responses")
+    _build(store=False, vendor_x=1, input=[{"role": "user", "content": "x", "vendor_y": 2}])
+    logged = " ".join(r.getMessage() for r in caplog.records)
+    assert "vendor_x" in logged
+    assert "input[0].vendor_y" in logged
+    assert "store" not in logged
 
 
 @pytest.mark.parametrize(
