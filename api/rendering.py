@@ -29,15 +29,21 @@ from serving.record import TokenUsage
 from serving.tools import OutputDecoder
 
 
+def modality_counts(usage: TokenUsage) -> dict[str, int]:
+    """Prompt tokens by modality, and those served from the prefix and embedding caches, as the wire names
+    them in both APIs' token details."""
+    return {
+        "cached_tokens": usage.cached,
+        "text_tokens": usage.text,
+        "image_tokens": usage.image,
+        "audio_tokens": usage.audio,
+        "cached_image_tokens": usage.cached_image,
+        "cached_audio_tokens": usage.cached_audio,
+    }
+
+
 def wire_usage(usage: TokenUsage) -> Usage:
-    details = PromptTokensDetails(
-        cached_tokens=usage.cached,
-        text_tokens=usage.text,
-        image_tokens=usage.image,
-        audio_tokens=usage.audio,
-        cached_image_tokens=usage.cached_image,
-        cached_audio_tokens=usage.cached_audio,
-    )
+    details = PromptTokensDetails(**modality_counts(usage))
     return Usage(
         prompt_tokens=usage.prompt,
         completion_tokens=usage.completion,

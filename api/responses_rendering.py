@@ -17,8 +17,8 @@ from typing import Any
 from litestar import Response
 from litestar.response import Stream
 
-from api.errors import to_api_error
-from api.rendering import response_headers
+from api.errors import ApiError
+from api.rendering import modality_counts, response_headers
 from api.responses_protocol import (
     FunctionCallItem,
     IncompleteDetails,
@@ -31,7 +31,7 @@ from api.responses_protocol import (
     ResponsesRequest,
     ResponseUsage,
 )
-from api.streaming import SSE_HEADERS, EventStream
+from api.streaming import SSE_HEADERS, EventStream, lease_events
 from serving.completion import Completion
 from serving.engine import EngineDelta
 from serving.record import TokenUsage
@@ -58,14 +58,7 @@ def headers(completion: Completion) -> dict[str, str]:
 
 
 def wire_usage(usage: TokenUsage) -> ResponseUsage:
-    details = InputTokensDetails(
-        cached_tokens=usage.cached,
-        text_tokens=usage.text,
-        image_tokens=usage.image,
-        audio_tokens=usage.audio,
-        cached_image_tokens=usage.cached_image,
-        cached_audio_tokens=usage.cached_audio,
-    )
+    details = InputTokensDetails(**modality_counts(usage))
     return ResponseUsage(
         input_tokens=usage.prompt,
         input_tokens_details=details,
@@ -169,22 +162,22 @@ async def stream(req: ResponsesRequest, completion: Completion, param: ParamMap)
 async def _events(
     events: _Events, completion: Completion, first: EngineDelta | None, param: ParamMap
 ) -> AsyncIterator[str]:
-    async with completion:
-        try:
-            yield events.event("response.created", response=_dump(events.response))
-            yield events.event("response.in_progress", response=_dump(events.response))
-            for event in events.feed(first):
-                yield event
-            async for delta in completion:
-                for event in events.feed(delta):
-                    yield event
-        except Exception as exc:
-            err = to_api_error(exc)
-            logger.warning("stream %s failed after it started: %s", completion.request_id, err.message)
-            yield events.event("error", code=err.code, message=err.message, param=param(err.param))
-            return
-    for event in events.finish(completion):
+    opening = [
+        events.event("response.created", response=_dump(events.response)),
+        events.event("response.in_progress", response=_dump(events.response)),
+    ]
+    ended = False
+
+    def failed(err: ApiError) -> list[str]:
+        nonlocal ended
+        ended = True
+        return [events.event("error", code=err.code, message=err.message, param=param(err.param))]
+
+    async for event in lease_events(completion, opening, first, lambda d: list(events.feed(d)), failed):
         yield event
+    if not ended:
+        for event in events.finish(completion):
+            yield event
 
 
 class _Events:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from litestar.response import Stream
 
-from api.errors import to_api_error
+from api.errors import ApiError, to_api_error
 from api.protocol import (
     ChatCompletionChunk,
     ChatCompletionRequest,
@@ -130,21 +130,43 @@ def _delta(decoded: DecodedDelta, closing: bool = False) -> Delta:
     return Delta(content=content, tool_calls=calls or None)
 
 
-async def _events(req: ChatCompletionRequest, completion: Completion, first: EngineDelta | None) -> AsyncIterator[str]:
-    chunks = _Chunks(req, completion)
+async def lease_events(
+    completion: Completion,
+    opening: list[str],
+    first: EngineDelta | None,
+    render: Callable[[EngineDelta | None], list[str]],
+    failed: Callable[[ApiError], list[str]],
+) -> AsyncIterator[str]:
+    """The events of a streamed completion, iterated inside its lease: whatever ends the stream (the last delta,
+    the client going away, an error) releases the lease. An error after the stream started becomes the
+    events `failed` renders; the caller adds what follows a successful end."""
     async with completion:
         try:
-            for event in chunks.opening() + chunks.events(first):
+            for event in opening + render(first):
                 yield event
             async for delta in completion:
-                for event in chunks.events(delta):
+                for event in render(delta):
                     yield event
         except Exception as exc:
             err = to_api_error(exc)
             logger.warning("stream %s failed after it started: %s", completion.request_id, err.message)
-            yield _sse(err.body())
-            yield _sse("[DONE]")
-            return
+            for event in failed(err):
+                yield event
+
+
+async def _events(req: ChatCompletionRequest, completion: Completion, first: EngineDelta | None) -> AsyncIterator[str]:
+    chunks = _Chunks(req, completion)
+    ended = False
+
+    def failed(err: ApiError) -> list[str]:
+        nonlocal ended
+        ended = True
+        return [_sse(err.body()), _sse("[DONE]")]
+
+    async for event in lease_events(completion, chunks.opening(), first, chunks.events, failed):
+        yield event
+    if ended:
+        return
     if chunks.include_usage:
         yield chunks.usage()
     yield _sse("[DONE]")
