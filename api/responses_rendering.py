@@ -147,11 +147,7 @@ async def complete(req: ResponsesRequest, completion: Completion) -> Response[di
 
 async def stream(req: ResponsesRequest, completion: Completion, param: ParamMap) -> Stream:
     """Wait for the engine's first delta before answering, so errors before any token still get an HTTP status."""
-    try:
-        first = await anext(completion, None)
-    except BaseException:
-        await completion.aclose()
-        raise
+    first = await completion.first_delta()
     return EventStream(
         _events(_Events(skeleton(req, completion), completion.decoder()), completion, first, param),
         media_type="text/event-stream",

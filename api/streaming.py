@@ -49,11 +49,7 @@ class EventStream(Stream):
 
 async def stream(req: ChatCompletionRequest, completion: Completion) -> Stream:
     """Wait for the engine's first delta before answering, so errors before any token still get an HTTP status."""
-    try:
-        first = await anext(completion, None)
-    except BaseException:
-        await completion.aclose()
-        raise
+    first = await completion.first_delta()
     return EventStream(
         _events(req, completion, first),
         media_type="text/event-stream",

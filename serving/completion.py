@@ -155,6 +155,15 @@ class Completion:
         self._observe(delta)
         return delta
 
+    async def first_delta(self) -> EngineDelta | None:
+        """The first delta, or None when the engine finished without one; on failure the lease is closed
+        before the error propagates, so a response that never started holds nothing."""
+        try:
+            return await anext(self, None)
+        except BaseException:
+            await self.aclose()
+            raise
+
     async def __aenter__(self) -> Completion:
         return self
 
