@@ -97,6 +97,9 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=32 * 1024 * 1024, description="Largest request body accepted (413 above).")
     max_images_per_request: int = Field(default=8, description="Most `image_url` parts in one request.")
     max_image_pixels: int = Field(default=40_000_000, description="Decoded pixel limit; larger images are refused.")
+    max_request_pixels: int = Field(
+        default=64_000_000, description="Decoded pixel limit for all of a request's images together."
+    )
     max_audio_seconds: float = Field(default=30.0, description="Longest audio clip accepted.")
     media_workers: int = Field(default=2, description="Threads that decode media, off the event loop.")
     fetch_timeout_s: float = Field(default=10.0, description="Timeout for fetching an http(s) image URL.")

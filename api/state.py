@@ -226,6 +226,7 @@ def _media_ingest(settings: Settings, http: httpx.AsyncClient) -> MediaIngest:
         ImageLoader(max_pixels=settings.max_image_pixels, fetcher=MediaFetcher(http, policy)),
         AudioLoader(target_rate=AUDIO_SAMPLE_RATE, max_seconds=settings.max_audio_seconds),
         workers=settings.media_workers,
+        max_request_pixels=settings.max_request_pixels,
     )
 
 

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from serving.errors import RequestShapeError
+from serving.errors import MediaError, RequestShapeError
 from serving.media.audio import AudioLoader, LoadedAudio
 from serving.media.images import ImageLoader, LoadedImage
 
@@ -182,13 +182,27 @@ class MediaIngest:
     then decodes each medium once.
     """
 
-    def __init__(self, images: ImageLoader, audio: AudioLoader, workers: int) -> None:
+    def __init__(
+        self, images: ImageLoader, audio: AudioLoader, workers: int, *, max_request_pixels: int = 64_000_000
+    ) -> None:
         self._images = images
         self._audio = audio
+        self._max_request_pixels = max_request_pixels
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="media")
 
     async def probe(self, plan: MessagePlan) -> list[ProbedMedia]:
-        return list(await asyncio.gather(*(self._probe_item(item) for item in plan.media)))
+        """Every medium's header; the request's images together must fit the decode budget, since each may
+        be within the per-image limit while all of them would not fit in memory at once."""
+        probed = list(await asyncio.gather(*(self._probe_item(item) for item in plan.media)))
+        pixels = sum(p.width * p.height for p in probed if p.item.kind == "image")
+        if pixels > self._max_request_pixels:
+            raise MediaError(
+                f"the request's images decode to {pixels:,} pixels together, over the limit of "
+                f"{self._max_request_pixels:,}",
+                code="images_too_large",
+                param="messages",
+            )
+        return probed
 
     async def decode(self, probed: list[ProbedMedia]) -> list[LoadedImage | LoadedAudio]:
         return list(await asyncio.gather(*(self._decode_item(p) for p in probed)))

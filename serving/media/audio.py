@@ -14,6 +14,9 @@ from serving.media.images import decode_base64
 
 SUPPORTED_FORMATS = ("wav", "mp3")
 MIN_SECONDS = 0.1
+MAX_SAMPLE_RATE = 192_000
+# What libsndfile calls each declared format's container.
+CONTAINERS = {"wav": {"WAV", "WAVEX", "RF64"}, "mp3": {"MP3", "MPEG"}}
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,18 @@ class AudioLoader:
             info = sf.info(io.BytesIO(raw))
         except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as exc:
             raise MediaError(f"the {fmt} audio cannot be decoded: {exc}", code="invalid_audio", param=param) from exc
+        if info.format not in CONTAINERS.get(fmt, set()):
+            raise MediaError(
+                f"the audio was declared {fmt} but is {info.format}",
+                code="audio_format_mismatch",
+                param=param.removesuffix(".data") + ".format",
+            )
+        if not 0 < info.samplerate <= MAX_SAMPLE_RATE:
+            raise MediaError(
+                f"the audio's sample rate {info.samplerate} Hz is outside 1-{MAX_SAMPLE_RATE} Hz",
+                code="invalid_audio",
+                param=param,
+            )
         if info.duration > self._max_seconds + 0.01:
             raise MediaError(
                 f"the audio lasts {info.duration:.1f}s, over the limit of {self._max_seconds:g}s",
@@ -64,11 +79,18 @@ class AudioLoader:
         """Decode and validate; blocking, so callers run it on the media thread pool."""
         import soundfile as sf
 
-        self.probe(raw, fmt, param=param)  # header checks first: never decode an over-long clip
+        claimed = self.probe(raw, fmt, param=param)  # header checks first: never decode an over-long clip
         try:
             samples, rate = sf.read(io.BytesIO(raw), dtype="float32", always_2d=True)
         except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as exc:
             raise MediaError(f"the {fmt} audio cannot be decoded: {exc}", code="invalid_audio", param=param) from exc
+        decoded = len(samples) / rate
+        if abs(decoded - claimed) > max(0.25, 0.05 * claimed):  # MP3 encoders pad a little
+            raise MediaError(
+                f"the audio's header claims {claimed:.2f}s but it decodes to {decoded:.2f}s",
+                code="audio_duration_mismatch",
+                param=param,
+            )
         mono = samples.mean(axis=1)
         if not np.isfinite(mono).all():
             raise MediaError("the audio contains NaN or infinite samples", code="invalid_audio", param=param)

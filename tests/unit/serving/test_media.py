@@ -133,3 +133,37 @@ def test_fetcher_refuses_loopback_before_connecting():
             assert exc.value.code == "invalid_image_url"
 
     asyncio.run(run())
+
+
+def test_audio_must_be_what_it_is_declared():
+    loader = AudioLoader(target_rate=16000, max_seconds=30)
+    with pytest.raises(MediaError) as exc:
+        loader.load_bytes(media.audio_bytes(1.0, 16000, "WAV"), "mp3", param="a.data")
+    assert (_code(exc), exc.value.param) == ("audio_format_mismatch", "a.format")
+
+
+def test_a_requests_images_share_one_decode_budget():
+    import asyncio
+
+    import httpx
+
+    from serving.ingest import MediaIngest, plan_messages
+    from serving.media.fetch import FetchPolicy, MediaFetcher
+
+    policy = FetchPolicy.build(timeout_s=1, max_bytes=10**7, max_redirects=0, allow=())
+    images = ImageLoader(max_pixels=10**6, fetcher=MediaFetcher(httpx.AsyncClient(), policy))
+    ingest = MediaIngest(images, AudioLoader(target_rate=16000, max_seconds=30), workers=1, max_request_pixels=200_000)
+    part = {"type": "image_url", "image_url": {"url": media.png_data_url(3, (320, 240))}}
+
+    class Msg:
+        role = "user"
+
+        def __init__(self, n):
+            from api.protocol import ContentPart
+
+            self.content = [ContentPart.model_validate(part) for _ in range(n)]
+
+    assert len(asyncio.run(ingest.probe(plan_messages([Msg(2)], max_images=8)))) == 2  # 153,600 pixels
+    with pytest.raises(MediaError) as exc:
+        asyncio.run(ingest.probe(plan_messages([Msg(3)], max_images=8)))  # 230,400 pixels: each fits, all do not
+    assert _code(exc) == "images_too_large"
