@@ -1,4 +1,8 @@
-"""Fetches media URLs with httpx under a byte cap, a timeout, a redirect limit and a private-address guard."""
+"""Fetches media URLs with httpx under a byte cap, a timeout, a redirect limit and a private-address guard.
+
+Each hop's host is resolved once, every address is checked, and the connection goes to the checked address
+(the URL carries the IP; `Host` and TLS SNI carry the name), so DNS rebinding between the check and the
+connection cannot reach a private address."""
 
 from __future__ import annotations
 
@@ -7,7 +11,8 @@ import ipaddress
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
-from urllib.parse import urljoin, urlsplit
+from typing import Any
+from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import httpx
 
@@ -39,7 +44,26 @@ class FetchPolicy:
     def permits(self, host: str, address: IPAddress) -> bool:
         if host.lower() in self.allow_hosts or any(address in net for net in self.allow_networks):
             return True
+        embedded = _embedded_ipv4(address)
+        if embedded is not None and not (embedded.is_global and not embedded.is_multicast):
+            return False
         return address.is_global and not address.is_multicast
+
+
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+
+def _embedded_ipv4(address: IPAddress) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 one stands for: mapped (::ffff:a.b.c.d), 6to4 (2002::/16) or NAT64."""
+    if not isinstance(address, ipaddress.IPv6Address):
+        return None
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if address in _NAT64:
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return None
 
 
 class MediaFetcher:
@@ -59,9 +83,9 @@ class MediaFetcher:
 
     async def _follow(self, url: str, param: str) -> bytes:
         for _ in range(self._policy.max_redirects + 1):
-            await self._check_target(url, param)
+            address = await self._check_target(url, param)
             try:
-                async with self._client.stream("GET", url, follow_redirects=False) as response:
+                async with self._client.stream("GET", **_pinned(url, address), follow_redirects=False) as response:
                     if response.is_redirect:
                         url = urljoin(url, response.headers.get("location", ""))
                         continue
@@ -97,7 +121,8 @@ class MediaFetcher:
             chunks.append(chunk)
         return b"".join(chunks)
 
-    async def _check_target(self, url: str, param: str) -> None:
+    async def _check_target(self, url: str, param: str) -> IPAddress:
+        """The address to connect to, once every address the host resolves to has passed the policy."""
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise MediaError("only http(s) and data: URLs are accepted", code="invalid_image_url", param=param)
@@ -107,11 +132,27 @@ class MediaFetcher:
             infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
         except OSError as exc:
             raise MediaError(f"cannot resolve host {host!r}", code="media_fetch_failed", param=param) from exc
-        for info in infos:
-            address = ipaddress.ip_address(info[4][0])
+        addresses = [ipaddress.ip_address(info[4][0]) for info in infos]
+        for address in addresses:
             if not self._policy.permits(host, address):
                 raise MediaError(
                     f"refusing to fetch {host!r}: it resolves to a private, loopback or link-local address",
                     code="invalid_image_url",
                     param=param,
                 )
+        if not addresses:
+            raise MediaError(f"cannot resolve host {host!r}", code="media_fetch_failed", param=param)
+        return next((a for a in addresses if a.version == 4), addresses[0])  # v4 first, as most servers listen
+
+
+def _pinned(url: str, address: IPAddress) -> dict[str, Any]:
+    """Request arguments that reach `address` while naming the URL's host in `Host` and TLS SNI."""
+    parts = urlsplit(url)
+    ip = f"[{address}]" if address.version == 6 else str(address)
+    netloc = ip if parts.port is None else f"{ip}:{parts.port}"
+    host_header = parts.netloc.rsplit("@", 1)[-1]
+    return {
+        "url": urlunsplit(parts._replace(netloc=netloc)),
+        "headers": {"host": host_header},
+        "extensions": {"sni_hostname": parts.hostname},
+    }

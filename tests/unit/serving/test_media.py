@@ -167,3 +167,36 @@ def test_a_requests_images_share_one_decode_budget():
     with pytest.raises(MediaError) as exc:
         asyncio.run(ingest.probe(plan_messages([Msg(3)], max_images=8)))  # 230,400 pixels: each fits, all do not
     assert _code(exc) == "images_too_large"
+
+
+def test_fetch_connects_to_the_address_it_checked_and_refuses_embedded_private_ones(monkeypatch):
+    import asyncio
+    import ipaddress
+
+    import httpx
+
+    from serving.media.fetch import FetchPolicy, MediaFetcher
+
+    answers = iter([[("93.184.216.34", 80)], [("127.0.0.1", 80)]])  # public for the check, loopback after
+
+    async def rebinding(host, port, **_):
+        return [(2, 1, 6, "", addr) for addr in next(answers)]
+
+    seen = []
+
+    def handler(request):
+        seen.append((request.url.host, request.headers["host"], request.extensions.get("sni_hostname")))
+        return httpx.Response(200, content=b"pixels")
+
+    policy = FetchPolicy.build(timeout_s=5, max_bytes=1000, max_redirects=0, allow=())
+    fetcher = MediaFetcher(httpx.AsyncClient(transport=httpx.MockTransport(handler)), policy)
+
+    async def run():
+        monkeypatch.setattr(asyncio.get_running_loop(), "getaddrinfo", rebinding)
+        return await fetcher.fetch("http://images.example/cat.png", param="p")
+
+    assert asyncio.run(run()) == b"pixels"
+    assert seen == [("93.184.216.34", "images.example", "images.example")]  # never the rebound 127.0.0.1
+    for embedded in ("64:ff9b::7f00:1", "2002:7f00:1::", "::ffff:169.254.169.254", "64:ff9b::a00:1"):
+        assert not policy.permits("x", ipaddress.ip_address(embedded)), embedded
+    assert policy.permits("x", ipaddress.ip_address("64:ff9b::5db8:d822"))  # NAT64 of a public address
