@@ -17,6 +17,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from serving.errors import Unavailable
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -190,16 +192,38 @@ return 1
 """
 
 
-class RedisLimiter:
-    """The same contract on Redis, shared by every gateway replica."""
+class LimiterUnavailable(Unavailable):
+    """The shared limits cannot be read: requests are refused (fail closed) until Redis answers again."""
 
-    def __init__(self, url: str, *, window_s: float = 60.0, slot_ttl_s: float = 900.0, prefix: str = "tessera") -> None:
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(
+            f"rate limits are unavailable ({type(cause).__name__}); retry shortly",
+            code="limits_unavailable",
+            retry_after_s=2.0,
+        )
+
+
+class RedisLimiter:
+    """The same contract on Redis, shared by every gateway replica.
+
+    Policy when Redis fails: closed. A reservation that cannot be made is refused with 503 and `retry-after`
+    (never a 500, never an unlimited request); a slot that cannot be released expires with its TTL."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        window_s: float = 60.0,
+        slot_ttl_s: float = 900.0,
+        prefix: str = "tessera",
+        timeout_s: float = 1.0,
+    ) -> None:
         from redis.asyncio import Redis
 
         self.window_s = window_s
         self._slot_ttl = slot_ttl_s
         self._prefix = prefix
-        self._redis: Any = Redis.from_url(url)
+        self._redis: Any = Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
         self._reserve = self._redis.register_script(_RESERVE)
         self._reconcile = self._redis.register_script(_RECONCILE)
 
@@ -207,19 +231,16 @@ class RedisLimiter:
         return [f"{self._prefix}:tpm:{tenant}", f"{self._prefix}:active:{tenant}"]
 
     async def reserve(self, tenant: str, tokens: int, limits: Limits) -> Decision:
+        from redis.exceptions import RedisError
+
         token = uuid.uuid4().hex
-        ok, used, active, reset, reason = await self._reserve(
-            keys=self._keys(tenant),
-            args=[
-                time.time(),
-                self.window_s,
-                tokens,
-                limits.tokens_per_minute,
-                limits.concurrent_requests,
-                token,
-                self._slot_ttl,
-            ],
-        )
+        args = [time.time(), self.window_s, tokens, limits.tokens_per_minute, limits.concurrent_requests]
+        try:
+            ok, used, active, reset, reason = await self._reserve(
+                keys=self._keys(tenant), args=[*args, token, self._slot_ttl]
+            )
+        except RedisError as exc:
+            raise LimiterUnavailable(exc) from exc
         reason_s = reason.decode() if isinstance(reason, bytes) else str(reason)
         reset_s = float(reset.decode() if isinstance(reset, bytes) else reset)
         reservation = Reservation(tenant, token, tokens, time.time()) if int(ok) else None
@@ -243,10 +264,15 @@ class RedisLimiter:
         await self._redis.zrem(self._keys(reservation.tenant)[1], reservation.token)
 
     async def usage(self, tenant: str) -> tuple[int, int]:
+        from redis.exceptions import RedisError
+
         tpm_key, active_key = self._keys(tenant)
         now = time.time()
-        members = await self._redis.zrangebyscore(tpm_key, now - self.window_s, "+inf")
-        active = await self._redis.zcount(active_key, now - self._slot_ttl, "+inf")
+        try:
+            members = await self._redis.zrangebyscore(tpm_key, now - self.window_s, "+inf")
+            active = await self._redis.zcount(active_key, now - self._slot_ttl, "+inf")
+        except RedisError as exc:
+            raise LimiterUnavailable(exc) from exc
         used = sum(int(m.decode().rsplit(":", 1)[1]) for m in members)
         return used, int(active)
 

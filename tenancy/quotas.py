@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from sqlalchemy import Engine
@@ -20,6 +22,21 @@ from serving.policy import CallerIdentity, QuotaHold
 from tenancy.directory import Principal
 from tenancy.limits import Limits, RateLimiter, Reservation
 from tenancy.metering import spent_this_month
+
+logger = logging.getLogger(__name__)
+
+
+async def _with_retries(action: Callable[[], Awaitable[None]], attempts: int = 4, first_wait_s: float = 0.25) -> None:
+    """Freeing a slot is worth a few tries while the limits' store recovers; the last failure propagates and
+    the slot then expires with its TTL."""
+    for attempt in range(attempts):
+        try:
+            await action()
+            return
+        except Exception:
+            if attempt == attempts - 1:
+                raise
+            await asyncio.sleep(first_wait_s * 2**attempt)
 
 
 def cache_salt(principal: Principal) -> str:
@@ -108,9 +125,12 @@ class QuotaGate:
         """Reconcile the reservation to what was used and free the slot; the slot is freed even when the
         reconciliation fails."""
         try:
-            await self._limiter.reconcile(reservation, used_tokens)
+            await _with_retries(lambda: self._limiter.reconcile(reservation, used_tokens))
+        except Exception:
+            # The window keeps the reserved estimate instead of the smaller actual count: safe, just strict.
+            logger.warning("could not reconcile a reservation of tenant %s", reservation.tenant, exc_info=True)
         finally:
-            await self._limiter.release(reservation)
+            await _with_retries(lambda: self._limiter.release(reservation))
         cached = self._month.get(reservation.tenant)
         if cached is not None:
             self._month[reservation.tenant] = (cached[0], cached[1] + used_tokens, cached[2])

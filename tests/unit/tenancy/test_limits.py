@@ -83,3 +83,52 @@ def test_usage_reads_the_window_and_the_slots_without_reserving(make_limiter):
         await _close(limiter)
 
     asyncio.run(run())
+
+
+def test_redis_down_fails_closed_with_a_503():
+    from api.errors import to_api_error
+    from tenancy.limits import LimiterUnavailable
+
+    async def run():
+        limiter = RedisLimiter("redis://127.0.0.1:1/0", timeout_s=0.5)  # nothing listens there
+        try:
+            with pytest.raises(LimiterUnavailable) as exc:
+                await limiter.reserve("t", 10, Limits(100, 2))
+            return exc.value
+        finally:
+            await _close(limiter)
+
+    err = to_api_error(asyncio.run(run()))
+    assert (err.status_code, err.code) == (503, "limits_unavailable")
+    assert int(err.headers["retry-after"]) >= 1
+
+
+def test_redis_paused_refuses_new_work_and_still_frees_the_slot_it_held():
+    """Redis paused for 1.5 s (CLIENT PAUSE): a reservation in the pause is refused with 503, and a slot
+    released during the pause is freed once Redis answers, so the tenant's concurrency is not stuck."""
+    import redis as sync_redis
+
+    from tenancy.limits import LimiterUnavailable
+    from tenancy.quotas import QuotaGate
+
+    prefix = f"test-{uuid.uuid4().hex[:8]}"
+    admin = sync_redis.Redis.from_url("redis://127.0.0.1:6379/0")
+
+    async def run():
+        limiter = RedisLimiter("redis://127.0.0.1:6379/0", prefix=prefix, timeout_s=0.5)
+        gate = QuotaGate(limiter, None)  # type: ignore[arg-type]  # no budgets here, so no database
+        try:
+            held = await limiter.reserve("t", 10, Limits(100, 1))
+            assert held.reservation is not None
+            admin.execute_command("CLIENT", "PAUSE", 1500, "ALL")
+            with pytest.raises(LimiterUnavailable):
+                await limiter.reserve("t", 10, Limits(100, 1))
+            await gate.settle(held.reservation, 7)  # retries through the pause
+            assert (await limiter.usage("t"))[1] == 0
+            again = await limiter.reserve("t", 10, Limits(100, 1))
+            assert again.reservation is not None  # the one concurrency slot came back
+        finally:
+            admin.execute_command("CLIENT", "UNPAUSE")
+            await _close(limiter)
+
+    asyncio.run(run())
