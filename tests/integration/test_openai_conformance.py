@@ -67,9 +67,9 @@ def test_completion_with_extensions(server):
     [
         ({"model": "gpt-9", "stream": True}, 404),  # a streamed request that fails first gets JSON and a status
         ({"messages": [], "stream": True}, 400),
-        ({"stream": True, "n": 2}, 400),
+        ({"stream": True, "n": 17}, 400),
     ],
-    ids=["unknown-model", "no-messages", "n-2"],
+    ids=["unknown-model", "no-messages", "n-17"],
 )
 def test_errors_before_the_stream_starts_are_json(server, overrides, status):
     resp = openai_wire.post(server.v1 + "/chat/completions", json=_body(**overrides), headers=AUTH, timeout=120)
