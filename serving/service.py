@@ -22,9 +22,9 @@ from serving.completion import Completion, Settlement, Submission
 from serving.encoding import MediaEncoder, engine_media
 from serving.engine import EngineRequest, GenerationParams
 from serving.errors import InvalidRequest
-from serving.ingest import MessageLike
+from serving.ingest import MessageLike, MessagePlan, ProbedMedia
 from serving.metrics import ServerMetrics
-from serving.pipeline import Pipeline, require_healthy
+from serving.pipeline import Pipeline, RenderedPrompt, require_healthy
 from serving.policy import CallerPolicy
 from serving.pools import ModelPool
 from serving.record import CompletionBus
@@ -75,35 +75,36 @@ class InferenceService:
         self._metrics.pre_engine.labels(submission.pool.name).observe(submission.submitted - started)
         return completion
 
+    async def _route(
+        self, request: GenerationRequest, caller: CallerPolicy, plan: MessagePlan
+    ) -> tuple[list[ProbedMedia], ModelPool, str, RenderedPrompt]:
+        """A named pool is checked against the caller before any media is fetched; `auto` routes on the
+        rendered prompt and the media headers. The prompt is rendered once per prompt format."""
+        pipeline = self.pipeline
+        named = pipeline.named_pool(request.model, plan)
+        if named is not None:
+            caller.check_model(named[0].name)
+        probed = await pipeline.probe(plan)
+        tools = request.rendered_tools()
+        prompt = await pipeline.render(named[0] if named else pipeline.first_pool(), plan, tools)
+        if named is not None:
+            pool, reason = named
+        else:
+            pool, reason = pipeline.auto_pool(plan, prompt, probed)
+            caller.check_model(pool.name)
+            if pool.prompt_format != prompt.prompt_format:
+                prompt = await pipeline.render(pool, plan, tools)
+        require_healthy(pool)
+        return probed, pool, reason, prompt
+
     async def _submit(
         self, request: GenerationRequest, caller: CallerPolicy, request_id: str, started: float, releases: ExitStack
     ) -> tuple[Submission, Settlement]:
         pipeline = self.pipeline
         plan = pipeline.plan(request.messages)
-        named = pipeline.named_pool(request.model, plan)
-        if named is not None:
-            caller.check_model(named[0].name)  # before any media is fetched
-        probed = await pipeline.probe(plan)
-        tools = request.rendered_tools()
-        prompt = await pipeline.render(named[0] if named else pipeline.first_pool(), plan, tools)
-        if named is None:
-            pool, reason = pipeline.auto_pool(plan, prompt, probed)
-            caller.check_model(pool.name)
-            if pool.prompt_format != prompt.prompt_format:
-                prompt = await pipeline.render(pool, plan, tools)
-        else:
-            pool, reason = named
-        require_healthy(pool)
+        probed, pool, reason, prompt = await self._route(request, caller, plan)
         params = _engine_params(request, pool)
-        estimate = pipeline.estimate(prompt, probed, pool)
-        if estimate + params.max_tokens > pool.max_model_len:
-            raise InvalidRequest(
-                f"the prompt (about {estimate} tokens) plus max_tokens ({params.max_tokens}) exceeds the context "
-                f"of model '{pool.name}' ({pool.max_model_len} tokens)",
-                param="messages" if estimate >= pool.max_model_len else "max_tokens",
-                code="context_length_exceeded",
-            )
-        needed = estimate + params.n * params.max_tokens
+        needed = _within_context(pipeline.estimate(prompt, probed, pool), params, pool)
 
         settlement = Settlement(await caller.reserve(pool.name, needed), self._tasks)
         releases.callback(settlement)
@@ -114,7 +115,7 @@ class InferenceService:
             pool, plan, probed, request_id=request_id, allow_degraded=request.allow_degraded
         )
         if encoded.degraded:
-            prompt = await pipeline.render(pool, encoded.plan, tools)
+            prompt = await pipeline.render(pool, encoded.plan, request.rendered_tools())
         engine_request = EngineRequest(
             request_id=request_id,
             prompt=prompt.text,
@@ -140,6 +141,18 @@ class InferenceService:
             tools=request.tools,
         )
         return submission, settlement
+
+
+def _within_context(estimate: int, params: GenerationParams, pool: ModelPool) -> int:
+    """The tokens to reserve (prompt plus every choice's max_tokens), once the request fits the context."""
+    if estimate + params.max_tokens > pool.max_model_len:
+        raise InvalidRequest(
+            f"the prompt (about {estimate} tokens) plus max_tokens ({params.max_tokens}) exceeds the context "
+            f"of model '{pool.name}' ({pool.max_model_len} tokens)",
+            param="messages" if estimate >= pool.max_model_len else "max_tokens",
+            code="context_length_exceeded",
+        )
+    return estimate + params.n * params.max_tokens
 
 
 def _engine_params(request: GenerationRequest, pool: ModelPool) -> GenerationParams:
