@@ -27,10 +27,6 @@ class BackgroundTasks:
         if not task.cancelled() and task.exception() is not None:
             logger.error("background task failed", exc_info=task.exception())
 
-    @property
-    def pending(self) -> int:
-        return len(self._pending)
-
     async def drain(self, timeout_s: float = 10.0) -> None:
         if self._pending:
             await asyncio.wait(list(self._pending), timeout=timeout_s)

@@ -109,10 +109,6 @@ class Completion:
         return self.submission.pool.name
 
     @property
-    def closed(self) -> bool:
-        return self._closed
-
-    @property
     def finished(self) -> bool:
         """Every choice reached its finish reason: nothing is left to abort."""
         return all(c.finish_reason is not None for c in self.choices)

@@ -9,7 +9,7 @@ lease (`serving.completion`) gives back what it took on every exit:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 
@@ -48,25 +48,3 @@ class CallerPolicy(Protocol):
     async def reserve(self, model: str, tokens: int) -> QuotaHold:
         """Reserve `tokens` on `model`, or raise `RateLimited` / `QuotaExceeded`."""
         ...
-
-
-@dataclass(frozen=True)
-class _NoHold:
-    limits: dict[str, str] = field(default_factory=dict)
-
-    async def settle(self, used_tokens: int) -> None:
-        return None
-
-
-@dataclass(frozen=True)
-class OpenCaller:
-    """A caller without limits: for tools that drive the service directly, never for network clients."""
-
-    identity: CallerIdentity = CallerIdentity()
-    cache_salt: str | None = None
-
-    def check_model(self, model: str) -> None:
-        return None
-
-    async def reserve(self, model: str, tokens: int) -> QuotaHold:
-        return _NoHold()

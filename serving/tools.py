@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -230,12 +229,7 @@ def make_decoder(plan: ToolPlan | None, parser_name: str | None, tokenizer: Any)
     """A decoder for one choice; `auto` needs the pool's vLLM tool parser."""
     if plan is None or plan.choice != AUTO:
         return OutputDecoder(plan)
-    if parser_name is None:
-        raise InvalidRequest(
-            "tool_choice 'auto' needs a tool-call parser, and this model has none; use 'required' or name a function",
-            param="tool_choice",
-            code="unsupported_tool_choice",
-        )
+    assert parser_name is not None, "the service refuses `auto` on a pool without a parser before it starts"
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
     from vllm.tool_parsers import ToolParserManager
 
@@ -247,10 +241,3 @@ def make_decoder(plan: ToolPlan | None, parser_name: str | None, tokenizer: Any)
     )
     parser = ToolParserManager.get_tool_parser(parser_name)(tokenizer, request.tools)
     return OutputDecoder(plan, parser, request)
-
-
-def finish_reason(engine_reason: str | None, calls: Sequence[ToolCall]) -> str | None:
-    """OpenAI's reason for a finished choice: `tool_calls` when it called any."""
-    if calls and engine_reason in ("stop", "abort", "repetition"):
-        return "tool_calls"
-    return engine_reason

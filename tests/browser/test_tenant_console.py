@@ -22,6 +22,9 @@ from tests.browser.pages import (
     sign_in,
 )
 from tests.conftest import ADMIN_KEY
+from tests.shapes import CITY
+from tests.shapes import CLOCK_FUNCTION as CLOCK
+from tests.shapes import WEATHER_FUNCTION as WEATHER
 
 
 def test_sign_in_and_playground_with_an_image(server, browser, tenant_key, tmp_path: Path):
@@ -225,40 +228,6 @@ def test_recorded_audio_streams_through_the_playground(server, browser, tenant_k
     cells = page.locator("#usage-grounding tbody tr td").all_inner_texts()
     assert cells[:3] == ["text+audio", "1", f"{score:.2f}"]
     page.close()
-
-
-CITY = {
-    "type": "object",
-    "properties": {
-        "city": {"type": "string", "maxLength": 24},
-        "coastal": {"type": "boolean"},
-        "size": {"type": "string", "enum": ["village", "town", "city"]},
-    },
-    "required": ["city", "coastal", "size"],
-    "additionalProperties": False,
-}
-WEATHER = {  # bare functions, as the tools box also takes them
-    "name": "get_weather",
-    "description": "The current weather in a city.",
-    "parameters": {
-        "type": "object",
-        "properties": {
-            "city": {"type": "string", "maxLength": 24},
-            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
-        },
-        "required": ["city", "unit"],
-        "additionalProperties": False,
-    },
-}
-CLOCK = {
-    "name": "get_time",
-    "parameters": {
-        "type": "object",
-        "properties": {"zone": {"type": "string", "enum": ["UTC", "CET", "PST"]}},
-        "required": ["zone"],
-        "additionalProperties": False,
-    },
-}
 
 
 def _run_and_wait(page) -> None:

@@ -15,45 +15,9 @@ import pytest
 
 from tests.conftest import API_KEY
 from tests.integration import reference
+from tests.shapes import CITY, CLOCK_FUNCTION, WEATHER_FUNCTION, chat_tool
 
-CITY = {
-    "type": "object",
-    "properties": {
-        "city": {"type": "string", "maxLength": 24},
-        "coastal": {"type": "boolean"},
-        "size": {"type": "string", "enum": ["village", "town", "city"]},
-    },
-    "required": ["city", "coastal", "size"],
-    "additionalProperties": False,
-}
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "The current weather in a city.",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "city": {"type": "string", "maxLength": 24},
-                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
-            },
-            "required": ["city", "unit"],
-            "additionalProperties": False,
-        },
-    },
-}
-CLOCK = {
-    "type": "function",
-    "function": {
-        "name": "get_time",
-        "parameters": {
-            "type": "object",
-            "properties": {"zone": {"type": "string", "enum": ["UTC", "CET", "PST"]}},
-            "required": ["zone"],
-            "additionalProperties": False,
-        },
-    },
-}
+WEATHER, CLOCK = chat_tool(WEATHER_FUNCTION), chat_tool(CLOCK_FUNCTION)
 PROMPTS = [f"Describe city number {i} in JSON. Seed {i * 7919}." for i in range(20)]
 SHORT_JSON = [f"Give a short JSON object with the name and country of city number {i}." for i in range(20)]
 POOLS = ["small", "large"]

@@ -15,45 +15,11 @@ from pydantic import TypeAdapter
 
 from tests import media
 from tests.conftest import API_KEY
+from tests.shapes import CITY, CLOCK_FUNCTION, WEATHER_FUNCTION, responses_tool
 
 EVENTS = TypeAdapter(ResponseStreamEvent)
 AUTH = {"authorization": f"Bearer {API_KEY}"}
-CITY = {
-    "type": "object",
-    "properties": {
-        "city": {"type": "string", "maxLength": 24},
-        "coastal": {"type": "boolean"},
-        "size": {"type": "string", "enum": ["village", "town", "city"]},
-    },
-    "required": ["city", "coastal", "size"],
-    "additionalProperties": False,
-}
-WEATHER = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "The current weather in a city.",
-    "parameters": {
-        "type": "object",
-        "properties": {
-            "city": {"type": "string", "maxLength": 24},
-            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
-        },
-        "required": ["city", "unit"],
-        "additionalProperties": False,
-    },
-    "strict": True,
-}
-CLOCK = {
-    "type": "function",
-    "name": "get_time",
-    "parameters": {
-        "type": "object",
-        "properties": {"zone": {"type": "string", "enum": ["UTC", "CET", "PST"]}},
-        "required": ["zone"],
-        "additionalProperties": False,
-    },
-    "strict": True,
-}
+WEATHER, CLOCK = responses_tool(WEATHER_FUNCTION), responses_tool(CLOCK_FUNCTION)
 SCHEMAS = {t["name"]: t["parameters"] for t in (WEATHER, CLOCK)}
 
 
