@@ -42,6 +42,11 @@ class PoolSettings(BaseModel):
         description="vLLM tool-call parser for `tool_choice: auto`, matching the chat template (e.g. `hermes`); "
         "unset: `auto` is refused, `required` and named functions still work.",
     )
+    replicas: list[str] = Field(
+        default_factory=list,
+        description="Base URLs of remote `vllm serve --enable-scale-out` replicas serving `model`; empty: an "
+        "in-process engine. A remote pool still reads `model` locally for its config, tokenizer and encoders.",
+    )
 
 
 def _default_pools() -> list[PoolSettings]:
@@ -57,6 +62,17 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TESSERA_", env_nested_delimiter="__", extra="ignore")
 
     host: str = Field(default="127.0.0.1", description="Address to listen on.")
+    fleet_policy: Literal["picker", "round_robin"] = Field(
+        default="picker",
+        description="How a remote pool chooses a replica: live load plus media and prefix affinity, or round robin.",
+    )
+    fleet_scrape_interval_s: float = Field(
+        default=0.25, gt=0, le=5, description="How often each replica's /metrics is read."
+    )
+    fleet_connect_timeout_s: float = Field(default=2.0, gt=0, description="Connect timeout to a replica.")
+    fleet_read_timeout_s: float = Field(
+        default=300.0, gt=0, description="Longest silence on a replica's stream, queueing included."
+    )
     port: int = Field(default=8000, description="Port to listen on.")
     data_dir: Path = Field(default=Path(".tessera"), description="Where the SQLite file and demo checkpoints live.")
     database_url: str | None = Field(
@@ -111,6 +127,17 @@ class Settings(BaseSettings):
     )
     encoder_window_ms: float = Field(default=12.0, description="Micro-batching window of the encoder pools.")
     encoder_max_batch: int = Field(default=48, description="Most images per encoder forward pass.")
+    encoder_device: str = Field(
+        default="auto",
+        description="Torch device of the vision encoder pools (`cpu`, `cuda`, `cuda:1`). `auto`: the first GPU "
+        "when torch sees one, else the CPU.",
+    )
+    encoder_dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        default="float32",
+        description="Compute dtype of the vision encoder pools. `float32` is exact; `bfloat16`/`float16` are for "
+        "GPUs (`float16` on the CPU is refused at start-up). Embeddings reach the engine in float32 either way.",
+    )
+    encoder_threads: int = Field(default=1, ge=1, description="Torch threads of the vision encoder on the CPU.")
     embedding_cache: bool = Field(default=True, description="Cache encoder outputs by content hash.")
     embedding_cache_memory_mib: int = Field(default=256, description="In-memory tier of the embedding cache.")
     embedding_cache_disk_gib: float = Field(default=4.0, description="File-store tier of the embedding cache.")

@@ -30,6 +30,7 @@ from serving.admission import AdmissionController
 from serving.background import BackgroundTasks
 from serving.cache import EmbeddingCache
 from serving.demo_models import DEMO_SPECS, build_demo_checkpoints
+from serving.encoder_placement import EncoderPlacement
 from serving.encoders import AudioFeaturePool, VisionEncoderPool, vision_geometry
 from serving.encoding import MediaEncoder
 from serving.engine import EngineClient, EngineSpec, VllmEngine
@@ -42,6 +43,7 @@ from serving.metrics import ServerMetrics
 from serving.pipeline import Pipeline
 from serving.pools import ModelPool, PoolRegistry
 from serving.record import CompletionBus
+from serving.remote import RemoteEngine, RemoteSettings
 from serving.service import InferenceService
 from tenancy.directory import Directory
 from tenancy.limits import InProcessLimiter, RateLimiter, RedisLimiter
@@ -194,14 +196,27 @@ def _limiter(settings: Settings) -> RateLimiter:
 
 async def _start_pools(settings: Settings, stack: AsyncExitStack) -> PoolRegistry:
     """Start every pool's engine and encoders; each is registered for shutdown as soon as it runs."""
+    # A placement this machine cannot honour is refused before any checkpoint is built or engine started.
+    await asyncio.to_thread(EncoderPlacement.resolve, settings.encoder_device, settings.encoder_dtype)
     paths = await asyncio.to_thread(_model_paths, settings)
     created = int(time.time())
     pools = []
     for index, pool in enumerate(settings.pools):
-        logger.info("starting engine for pool '%s' from %s", pool.name, paths[pool.name])
-        spec = engine_spec(pool, paths[pool.name], settings.max_images_per_request)
-        engine: EngineClient = await asyncio.to_thread(VllmEngine.start, pool.name, spec)
-        stack.callback(engine.shutdown)
+        engine: EngineClient
+        if pool.replicas:
+            if not pool.encoder_pools:
+                raise ValueError(
+                    f"pool '{pool.name}': a remote pool needs encoder_pools (replicas take encoder outputs)"
+                )
+            logger.info("connecting pool '%s' to %d replicas", pool.name, len(pool.replicas))
+            remote = await RemoteEngine.connect(pool.name, Path(paths[pool.name]), _remote_settings(settings, pool))
+            stack.push_async_callback(remote.close)
+            engine = remote
+        else:
+            logger.info("starting engine for pool '%s' from %s", pool.name, paths[pool.name])
+            spec = engine_spec(pool, paths[pool.name], settings.max_images_per_request)
+            engine = await asyncio.to_thread(VllmEngine.start, pool.name, spec)
+            stack.callback(engine.shutdown)
         built = await _build_pool(settings, index, pool, engine, created)
         if built.vision is not None:
             stack.push_async_callback(built.vision.close)
@@ -209,6 +224,16 @@ async def _start_pools(settings: Settings, stack: AsyncExitStack) -> PoolRegistr
             stack.push_async_callback(built.audio.close)
         pools.append(built)
     return PoolRegistry(pools)
+
+
+def _remote_settings(settings: Settings, pool: PoolSettings) -> RemoteSettings:
+    return RemoteSettings(
+        urls=tuple(u.rstrip("/") for u in pool.replicas),
+        policy=settings.fleet_policy,
+        scrape_interval_s=settings.fleet_scrape_interval_s,
+        connect_timeout_s=settings.fleet_connect_timeout_s,
+        read_timeout_s=settings.fleet_read_timeout_s,
+    )
 
 
 def _fetch_client(settings: Settings) -> httpx.AsyncClient:
@@ -258,13 +283,20 @@ async def _build_pool(
         built.geometry = vision_geometry(checkpoint)
         if pool.encoder_pools:
             vision = VisionEncoderPool(
-                checkpoint, window_ms=settings.encoder_window_ms, max_batch=settings.encoder_max_batch
+                checkpoint,
+                window_ms=settings.encoder_window_ms,
+                max_batch=settings.encoder_max_batch,
+                threads=settings.encoder_threads,
+                device=settings.encoder_device,
+                dtype=settings.encoder_dtype,
             )
             await asyncio.to_thread(vision.load)
+            await asyncio.to_thread(vision.warm_up)  # the first request should not pay the cold start
             vision.start()
             built.vision = vision
     if "audio" in built.modalities and pool.encoder_pools:
         built.audio = await asyncio.to_thread(AudioFeaturePool, checkpoint)
+        await asyncio.to_thread(built.audio.warm_up)
     cap = engine.capacity
     built.admission = AdmissionController(
         total_blocks=cap.num_blocks,

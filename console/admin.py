@@ -64,6 +64,7 @@ def live_figures(metrics: ServerMetrics, pools: PoolRegistry, cache: EmbeddingCa
         "span_s": live["span_s"],
         "rps": live["rps"],
         "pools": rows,
+        "replicas": [{"pool": pool.name, **r} for pool in pools.pools for r in pool.engine.replicas()],
         "queue": sum(r["queue"] + r["engine_waiting"] for r in rows),
         "cache_enabled": cache is not None,
         "cache_lookups": hits + misses,

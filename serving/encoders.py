@@ -16,6 +16,11 @@ How embeddings reach the engine, and why:
   tokens as raw audio. Features are computed over the whole clip, not per 5 s window, because Whisper's
   log-mel normalisation uses the clip's global maximum; windowing would change the tokens. The tower itself
   (in the engine) attends within 2 s chunks.
+
+Where the vision tower runs is an `EncoderPlacement`: a torch device (CUDA when there is one, by default) and a
+compute dtype. Whatever the placement, embeddings leave the pool on the CPU in float32, which is what the engine
+input and the embedding cache take; the dtype is part of the encoder's identity, so outputs of different
+precisions never share cache entries. The device is not: float32 on any device stands for the same encoder.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from serving.encoder_placement import EncoderPlacement
 from serving.errors import Unavailable
 
 logger = logging.getLogger(__name__)
@@ -133,8 +139,8 @@ def audio_tokens_for(seconds: float) -> int:
     return max(0, (((frames - 1) // 2 + 1) - 2) // 2 + 1)
 
 
-def encoder_identity(checkpoint: Path, tower_prefix: str, preprocessing: dict[str, Any]) -> str:
-    """Names the encoder: its weights (by the checkpoint's weight digest) and its preprocessing."""
+def encoder_identity(checkpoint: Path, tower_prefix: str, preprocessing: dict[str, Any], *, dtype: str) -> str:
+    """Names the encoder: its weights (by the checkpoint's weight digest), its preprocessing and compute dtype."""
     manifest = checkpoint / "tessera-demo.json"
     if manifest.is_file():
         weights = json.loads(manifest.read_text()).get("weights_sha256", "")
@@ -143,7 +149,7 @@ def encoder_identity(checkpoint: Path, tower_prefix: str, preprocessing: dict[st
         weights = hashlib.sha256(
             "".join(f"{f.name}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files).encode()
         ).hexdigest()
-    blob = json.dumps({"weights": weights, "tower": tower_prefix, "pre": preprocessing}, sort_keys=True)
+    blob = json.dumps({"weights": weights, "tower": tower_prefix, "pre": preprocessing, "dtype": dtype}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -151,9 +157,18 @@ class VisionEncoderPool:
     """Runs the checkpoint's vision tower on batches of images gathered within a short window."""
 
     def __init__(
-        self, checkpoint: Path, *, window_ms: float = 12.0, max_batch: int = 48, max_queue: int = 512, threads: int = 1
+        self,
+        checkpoint: Path,
+        *,
+        window_ms: float = 12.0,
+        max_batch: int = 48,
+        max_queue: int = 512,
+        threads: int = 1,
+        device: str = "auto",
+        dtype: str = "float32",
     ) -> None:
         self.checkpoint = checkpoint
+        self.placement = EncoderPlacement.resolve(device, dtype)
         self.window_s = window_ms / 1000.0
         self.max_batch = max_batch
         self.max_queue = max_queue
@@ -167,11 +182,13 @@ class VisionEncoderPool:
         self._lock = threading.Lock()
         self.geometry, self.identity = self._describe()
         self.fault: Callable[[Any], Any] | None = None  # test hook: transforms the tower's output
+        self.warmup_s: float | None = None  # how long the warm-up batch took; None until it ran
 
     def _describe(self) -> tuple[VisionGeometry, str]:
         image = image_processor_config(self.checkpoint)
         pre = {k: image.get(k) for k in sorted(image) if k not in ("processor_class",)}
-        return vision_geometry(self.checkpoint), encoder_identity(self.checkpoint, "thinker.visual", pre)
+        identity = encoder_identity(self.checkpoint, "thinker.visual", pre, dtype=self.placement.dtype)
+        return vision_geometry(self.checkpoint), identity
 
     def load(self) -> None:
         """Load the tower from the checkpoint; blocking (call it off the event loop)."""
@@ -182,7 +199,8 @@ class VisionEncoderPool:
 
         config = AutoConfig.from_pretrained(self.checkpoint)
         thinker = getattr(config, "thinker_config", config)
-        model = Qwen2_5OmniVisionEncoder._from_config(thinker.vision_config, dtype=torch.float32)
+        # Built in the compute dtype (buffers such as rotary frequencies stay float32, as in from_pretrained).
+        model = Qwen2_5OmniVisionEncoder._from_config(thinker.vision_config, dtype=self.placement.torch_dtype)
         prefix = "thinker.visual."
         state = {}
         for path in sorted(self.checkpoint.glob("*.safetensors")):
@@ -193,15 +211,34 @@ class VisionEncoderPool:
         missing, _unexpected = model.load_state_dict(state, strict=False)
         if missing:
             raise RuntimeError(f"vision tower weights missing from {self.checkpoint}: {missing[:5]}")
-        model.eval()
+        model.to(torch.device(self.placement.device)).eval()
         self._model = model
         self._processor = AutoImageProcessor.from_pretrained(self.checkpoint)
         logger.info(
-            "vision encoder pool loaded from %s (window %.0f ms, max batch %d)",
+            "vision encoder pool loaded from %s on %s in %s (window %.0f ms, max batch %d)",
             self.checkpoint,
+            self.placement.device,
+            self.placement.dtype,
             self.window_s * 1000,
             self.max_batch,
         )
+        if self.placement.device == "cpu" and self.placement.dtype != "float32":
+            logger.warning("vision encoder runs in %s on the CPU: slower than float32 there", self.placement.dtype)
+
+    def warm_up(self) -> float:
+        """Encode one small synthetic image so that the first request does not pay the cold start; blocking.
+
+        Not counted in `stats`, which describe real traffic. Returns (and keeps in `warmup_s`) its duration.
+        """
+        from PIL import Image
+
+        side = self.geometry.patch_size * self.geometry.merge_size * 2
+        image = Image.new("RGB", (side, side), (127, 127, 127))
+        started = time.perf_counter()
+        self._forward([image])
+        self.warmup_s = time.perf_counter() - started
+        logger.info("vision encoder of %s warmed up in %.0f ms", self.checkpoint, self.warmup_s * 1000)
+        return self.warmup_s
 
     def start(self) -> None:
         self._queue = asyncio.Queue()
@@ -266,21 +303,8 @@ class VisionEncoderPool:
         """One forward pass over every image; blocking. Non-finite outputs fail only their own image."""
         import torch
 
-        if self._model is None:
-            raise EncoderFailure("the vision encoder is not loaded", reason="stopped")
         started = time.perf_counter()
-        with self._lock, torch.inference_mode():
-            previous = torch.get_num_threads()
-            torch.set_num_threads(self._threads)
-            try:
-                inputs = self._processor(images=images, return_tensors="pt")
-                grid = inputs["image_grid_thw"]
-                out = self._model(inputs["pixel_values"].to(torch.float32), grid_thw=grid)
-                embeds = out.pooler_output if hasattr(out, "pooler_output") else out
-                if self.fault is not None:
-                    embeds = self.fault(embeds)
-            finally:
-                torch.set_num_threads(previous)
+        embeds, grid = self._forward(images)
         sizes = (grid.prod(-1) // (self.geometry.merge_size**2)).tolist()
         results: list[ImageEmbedding | EncoderFailure] = []
         for chunk, thw in zip(torch.split(embeds, sizes), grid.tolist(), strict=True):
@@ -293,6 +317,29 @@ class VisionEncoderPool:
         self.stats.items += len(images)
         self.stats.seconds += time.perf_counter() - started
         return results
+
+    def _forward(self, images: list[Any]) -> tuple[Any, Any]:
+        """The tower over `images` on the pool's device: (embeddings on the CPU in float32, CPU grid [n, 3])."""
+        import torch
+
+        if self._model is None:
+            raise EncoderFailure("the vision encoder is not loaded", reason="stopped")
+        device = torch.device(self.placement.device)
+        with self._lock, torch.inference_mode():
+            previous = torch.get_num_threads()
+            torch.set_num_threads(self._threads)
+            try:
+                inputs = self._processor(images=images, return_tensors="pt")
+                grid = inputs["image_grid_thw"]
+                pixels = inputs["pixel_values"].to(device=device, dtype=self.placement.torch_dtype)
+                out = self._model(pixels, grid_thw=grid.to(device))
+                embeds = out.pooler_output if hasattr(out, "pooler_output") else out
+                if self.fault is not None:
+                    embeds = self.fault(embeds)
+                embeds = embeds.to(device="cpu", dtype=torch.float32)
+            finally:
+                torch.set_num_threads(previous)
+        return embeds, grid
 
     async def close(self) -> None:
         if self._task is not None:
@@ -312,17 +359,43 @@ class AudioFeaturePool:
         self.stats = EncoderStats()
         self._extractor = WhisperFeatureExtractor.from_pretrained(checkpoint)
         pre = {k: v for k, v in sorted(self._extractor.to_dict().items()) if isinstance(v, int | float | str)}
-        self.identity = encoder_identity(checkpoint, "audio-features", pre)
+        self.identity = encoder_identity(checkpoint, "audio-features", pre, dtype="float32")
         self.sample_rate = int(self._extractor.sampling_rate)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="audio-features")
+        self.warmup_s: float | None = None
 
     async def encode(self, samples: Any) -> AudioFeatures:
         return await asyncio.get_running_loop().run_in_executor(self._executor, self.encode_one, samples)
+
+    def warm_up(self) -> float:
+        """Compute features for one second of silence, so the first request skips the cold start; blocking.
+
+        Not counted in `stats`. Returns (and keeps in `warmup_s`) its duration.
+        """
+        import numpy as np
+
+        started = time.perf_counter()
+        self._features(np.zeros(self.sample_rate, dtype=np.float32))
+        self.warmup_s = time.perf_counter() - started
+        logger.info("audio feature pool of %s warmed up in %.0f ms", self.checkpoint, self.warmup_s * 1000)
+        return self.warmup_s
 
     def encode_one(self, samples: Any) -> AudioFeatures:
         import torch
 
         started = time.perf_counter()
+        features, frames = self._features(samples)
+        self.stats.seconds += time.perf_counter() - started
+        self.stats.batches += 1
+        self.stats.items += 1
+        if not torch.isfinite(features).all():
+            self.stats.fail("non_finite")
+            raise EncoderFailure("the audio features contain NaN or Inf", reason="non_finite")
+        return AudioFeatures(features, frames)
+
+    def _features(self, samples: Any) -> tuple[Any, int]:
+        import torch
+
         # Padded to the extractor's chunk, as the engine's own processor does, then cut to the clip's frames.
         out = self._extractor(
             samples,
@@ -332,14 +405,7 @@ class AudioFeaturePool:
             return_tensors="pt",
         )
         frames = int(out["attention_mask"].sum())
-        features = out["input_features"][0][:, :frames].to(torch.float32).contiguous()
-        self.stats.seconds += time.perf_counter() - started
-        self.stats.batches += 1
-        self.stats.items += 1
-        if not torch.isfinite(features).all():
-            self.stats.fail("non_finite")
-            raise EncoderFailure("the audio features contain NaN or Inf", reason="non_finite")
-        return AudioFeatures(features, frames)
+        return out["input_features"][0][:, :frames].to(torch.float32).contiguous(), frames
 
     async def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)

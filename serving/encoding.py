@@ -9,6 +9,7 @@ allowed it, the request goes on without that medium and says so.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -147,11 +148,29 @@ class MediaEncoder:
         return value, False
 
 
-def engine_media(encoded: EncodedMedia) -> dict[str, Any]:
-    """The engine request's media fields: encoder outputs where Tessera encoded, raw media otherwise."""
+def engine_media(encoded: EncodedMedia, pool: ModelPool) -> dict[str, Any]:
+    """The engine request's media fields: encoder outputs where Tessera encoded, raw media otherwise, and each
+    medium's identity (its embedding-cache key) in placeholder order."""
+    keys: dict[str, list[str]] = {}
+    if encoded.image_embeds is not None and pool.vision is not None:
+        keys["image"] = [cache_key(pool.vision.identity, m.content_hash) for m in encoded.images]
+    if encoded.audio_features is not None and pool.audio is not None:
+        keys["audio"] = [cache_key(pool.audio.identity, a.content_hash) for a in encoded.audios]
     return {
         "images": [] if encoded.image_embeds is not None else [m.image for m in encoded.images],
         "audios": [] if encoded.audio_features is not None else [(a.samples, a.sample_rate) for a in encoded.audios],
         "image_embeds": encoded.image_embeds,
         "audio_features": encoded.audio_features,
+        "media_keys": keys,
     }
+
+
+def affinity_key(encoded: EncodedMedia, cache_salt: str | None, system_prompt: str | None) -> str | None:
+    """Where a request's reusable state lives: its first image (else its audio clip), else the caller's salt
+    plus its system prompt. None: nothing worth following, so the least-loaded replica takes it."""
+    first = [m.content_hash for m in encoded.images[:1]] + [a.content_hash for a in encoded.audios[:1]]
+    if first:
+        return "media:" + first[0]
+    if system_prompt:
+        return "prefix:" + hashlib.sha256(f"{cache_salt or ''}\0{system_prompt}".encode()).hexdigest()
+    return None

@@ -93,6 +93,11 @@ class EngineRequest:
     priority: int = 0  # lower runs first in the engine's scheduler
     image_embeds: list[Any] | None = None  # ImageEmbedding, in the order of the prompt's image placeholders
     audio_features: list[Any] | None = None  # AudioFeatures, in the order of the prompt's audio placeholders
+    # Per modality, each medium's identity (encoder and content), in placeholder order: remote replicas key
+    # their prefix and processor caches on it.
+    media_keys: dict[str, list[str]] = field(default_factory=dict)
+    prompt_token_ids: tuple[int, ...] | None = None  # the rendered prompt, tokenized; None: the engine tokenizes
+    affinity: str | None = None  # requests sharing it go to the replica that already holds their media or prefix
 
 
 @dataclass(frozen=True)
@@ -133,7 +138,13 @@ class EngineClient(Protocol):
     name: str
     model_path: str
     capacity: EngineCapacity
-    stats: EngineStats
+
+    @property
+    def stats(self) -> EngineStats: ...
+
+    def replicas(self) -> list[dict[str, Any]]:
+        """Each remote replica's state, for /health, /metrics and the admin overview; [] in-process."""
+        ...
 
     def generate(self, request: EngineRequest) -> AsyncIterator[EngineDelta]: ...
 
@@ -179,7 +190,8 @@ def _stat_logger_factory(stats: EngineStats) -> Any:
     return _Recorder
 
 
-def _invalid(message: str, params: GenerationParams, parameter: str | None = None) -> InvalidRequest:
+def invalid_request(message: str, params: GenerationParams, parameter: str | None = None) -> InvalidRequest:
+    """An engine's refusal of a request as the client's error, named after the part of the request at fault."""
     if parameter:  # a sampling parameter vLLM refused; its names are OpenAI's
         return InvalidRequest(message, code="invalid_value", param=parameter)
     if "context length" in message:
@@ -254,6 +266,9 @@ class VllmEngine:
     def hf_config(self) -> Any:
         return self._llm.model_config.hf_config
 
+    def replicas(self) -> list[dict[str, Any]]:
+        return []
+
     def tokenizer(self) -> Any:
         return self._llm.get_tokenizer()
 
@@ -299,7 +314,7 @@ class VllmEngine:
         except (VLLMClientError, ValueError) as exc:
             # vLLM validates the processed prompt (length, media counts) and any structured-output
             # constraint before scheduling it.
-            raise _invalid(str(exc), request.params, getattr(exc, "parameter", None)) from exc
+            raise invalid_request(str(exc), request.params, getattr(exc, "parameter", None)) from exc
 
     def shutdown(self) -> None:
         self._llm.shutdown()

@@ -56,6 +56,18 @@ class MessagePlan:
             messages.append({**m, "content": content})
         return MessagePlan(messages, [item for item in self.media if item.kind != kind])
 
+    def system_text(self) -> str | None:
+        """The system messages' text, which a caller's requests share as their prompt prefix."""
+        parts = []
+        for m in self.messages:
+            if m.get("role") in ("system", "developer"):
+                content = m["content"]
+                if isinstance(content, list):
+                    parts += [str(p.get("text", "")) for p in content if p.get("type") == "text"]
+                else:
+                    parts.append(str(content))
+        return "\n".join(parts) or None
+
     def user_texts(self) -> list[str]:
         """The text the user wrote, for routing by content."""
         out: list[str] = []

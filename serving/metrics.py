@@ -97,7 +97,39 @@ class _EngineCollector(Collector):
             blocks.add_metric([pool.name], engine.capacity.num_blocks)
             preempt.add_metric([pool.name], engine.stats.preemptions_total)
         yield from (up, unfinished, running, waiting, kv, blocks, preempt)
+        yield from self._replicas()
         yield from self._pipeline()
+
+    def _replicas(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        """Each remote replica's state as the endpoint picker sees it."""
+        labels = ["model", "replica"]
+        families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {
+            "up": GaugeMetricFamily(
+                "tessera_replica_up", "1 while the replica is admitted, 0 while ejected.", labels=labels
+            ),
+            "in_flight": GaugeMetricFamily(
+                "tessera_replica_in_flight_requests", "Requests this gateway has on the replica.", labels=labels
+            ),
+            "kv_cache_usage": GaugeMetricFamily(
+                "tessera_replica_kv_cache_usage_ratio", "The replica's KV cache in use, as it reports.", labels=labels
+            ),
+            "waiting": GaugeMetricFamily(
+                "tessera_replica_waiting_requests", "Requests waiting in the replica's scheduler.", labels=labels
+            ),
+            "picks": CounterMetricFamily("tessera_replica_picks", "Requests sent to the replica.", labels=labels),
+            "affinity_picks": CounterMetricFamily(
+                "tessera_replica_affinity_picks",
+                "Requests sent to the replica as their affinity's first choice.",
+                labels=labels,
+            ),
+        }
+        for pool in self._pools.pools:
+            for r in pool.engine.replicas():
+                key = [pool.name, str(r["name"])]
+                families["up"].add_metric(key, 1.0 if r["state"] == "up" else 0.0)
+                for name in ("in_flight", "kv_cache_usage", "waiting", "picks", "affinity_picks"):
+                    families[name].add_metric(key, float(r.get(name) or 0))
+        yield from families.values()
 
 
 def _quantile(values: list[float], q: float) -> float | None:

@@ -24,8 +24,12 @@ class RenderedPrompt:
     tokenizer): pools sharing a format share the rendering."""
 
     text: str
-    template_tokens: int  # tokens of the rendered text, one per media placeholder
+    token_ids: tuple[int, ...]  # the rendered text tokenized, one token per media placeholder
     prompt_format: str
+
+    @property
+    def template_tokens(self) -> int:
+        return len(self.token_ids)
 
 
 class Pipeline:
@@ -107,8 +111,8 @@ def require_healthy(pool: ModelPool) -> None:
 def _render(pool: ModelPool, plan: MessagePlan, tools: list[dict[str, Any]] | None) -> RenderedPrompt:
     text = pool.render_prompt(plan.messages, tools)
     with pool.tokenizer_lock:
-        count = len(pool.tokenizer().encode(text, add_special_tokens=False))
-    return RenderedPrompt(text, count, pool.prompt_format)
+        ids = pool.tokenizer().encode(text, add_special_tokens=False)
+    return RenderedPrompt(text, tuple(ids), pool.prompt_format)
 
 
 def _headroom(pool: ModelPool) -> Callable[[], float]:

@@ -15,7 +15,7 @@ from serving.engine import EngineClient
 from serving.errors import RequestShapeError
 
 
-def _media_token_ids(hf_config: Any) -> dict[str, int]:
+def media_token_ids(hf_config: Any) -> dict[str, int]:
     """Placeholder token ids that the processor expands once per image patch group or audio frame."""
     configs = [getattr(hf_config, "thinker_config", None), hf_config]
     found: dict[str, int] = {}
@@ -83,7 +83,7 @@ class ModelPool:
     ) -> ModelPool:
         hf = engine.hf_config()
         modalities = [m for m in _modalities(hf) if allowed is None or m in allowed or m == "text"]
-        return cls(name, engine, aliases, modalities, _media_token_ids(hf), created)
+        return cls(name, engine, aliases, modalities, media_token_ids(hf), created)
 
     @property
     def max_model_len(self) -> int:

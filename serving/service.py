@@ -19,7 +19,7 @@ from typing import Any
 from serving.admission import PRIORITIES
 from serving.background import BackgroundTasks
 from serving.completion import Completion, Settlement, Submission
-from serving.encoding import MediaEncoder, engine_media
+from serving.encoding import MediaEncoder, affinity_key, engine_media
 from serving.engine import EngineRequest, GenerationParams
 from serving.errors import InvalidRequest
 from serving.ingest import MessageLike, MessagePlan, ProbedMedia
@@ -116,13 +116,16 @@ class InferenceService:
         )
         if encoded.degraded:
             prompt = await pipeline.render(pool, encoded.plan, request.rendered_tools())
+        cache_salt = pipeline.cache_salt(caller.cache_salt, encoded.content_hashes)
         engine_request = EngineRequest(
             request_id=request_id,
             prompt=prompt.text,
             params=params,
-            cache_salt=pipeline.cache_salt(caller.cache_salt, encoded.content_hashes),
+            cache_salt=cache_salt,
             priority=PRIORITIES.get(request.priority, 0),
-            **engine_media(encoded),
+            prompt_token_ids=prompt.token_ids,
+            affinity=affinity_key(encoded, cache_salt, encoded.plan.system_text()),
+            **engine_media(encoded, pool),
         )
         submission = Submission(
             request_id=request_id,

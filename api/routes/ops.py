@@ -27,6 +27,8 @@ async def health(pools: PoolRegistry) -> Response[dict[str, Any]]:
             "unfinished_requests": pool.engine.num_unfinished(),
             "scheduler_has_requests": busy,
         }
+        if replicas := pool.engine.replicas():
+            engines[pool.name]["replicas"] = replicas
     ok = all(e["status"] == "ok" for e in engines.values())
     return Response(
         {"status": "ok" if ok else "unavailable", "engines": engines},

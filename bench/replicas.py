@@ -1,0 +1,147 @@
+"""Local `vllm serve` replicas of a demo checkpoint, for the fleet tests and `tessera bench fleet`.
+
+Each replica is started with the flags a remote pool needs (see README, "A fleet of vLLM servers"), on
+127.0.0.1, in float32 with one compute thread, and can be killed and restarted on the same port.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from bench.common import BenchFailure
+from bench.server import free_port
+
+STARTUP_TIMEOUT_S = 420
+
+# What vLLM needs here: no usage reports, offline hub, one thread, 1 GiB of KV cache per replica.
+REPLICA_ENV = {
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+    "HF_HUB_OFFLINE": "1",
+    "VLLM_HOST_IP": "127.0.0.1",
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+    "OMP_NUM_THREADS": "1",
+}
+
+
+def replica_command(checkpoint: Path, name: str, port: int, *, max_model_len: int = 4096) -> list[str]:
+    """`vllm serve` as a remote pool's replica: the token-in/token-out endpoint (`--enable-scale-out`), cached
+    prompt tokens in usage, priority scheduling and prefix caching. The processor cache is off: Tessera sends
+    every medium's encoder output with each request, and the replica's prefix cache keys on its identity."""
+    vllm = Path(sys.executable).with_name("vllm")
+    return [
+        str(vllm),
+        "serve",
+        str(checkpoint),
+        "--served-model-name",
+        name,
+        "--dtype",
+        "float32",
+        "--max-model-len",
+        str(max_model_len),
+        "--enforce-eager",
+        "--enable-scale-out",
+        "--enable-prompt-tokens-details",
+        "--scheduling-policy",
+        "priority",
+        "--enable-prefix-caching",
+        "--mm-processor-cache-gb",
+        "0",
+        "--limit-mm-per-prompt",
+        json.dumps({"image": 8, "audio": 1, "video": 0}),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
+
+
+@dataclass
+class Replica:
+    checkpoint: Path
+    name: str
+    port: int
+    log_path: Path
+    proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        env = {**os.environ, **REPLICA_ENV}
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(  # noqa: S603 (our own vllm binary and arguments)
+                replica_command(self.checkpoint, self.name, self.port),
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its engine process dies with it on kill
+            )
+
+    def wait_ready(self, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise BenchFailure(f"replica {self.url} exited with {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(1)
+        raise BenchFailure(f"replica {self.url} not ready after {timeout_s:.0f} s:\n{self.log_tail()}")
+
+    def kill(self) -> None:
+        """SIGKILL the replica and its engine process, as a crashed machine would."""
+        if self.proc is None:
+            return
+        with suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+        self.proc = None
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=60)
+        except ProcessLookupError:
+            pass
+        except subprocess.TimeoutExpired:
+            self.kill()
+        self.proc = None
+
+    def log_tail(self, chars: int = 3000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return "(no replica log)"
+
+
+@contextmanager
+def running_replicas(checkpoint: Path, name: str, count: int, log_dir: Path) -> Iterator[Sequence[Replica]]:
+    """`count` replicas of `checkpoint` serving model `name`, started together and stopped on exit."""
+    replicas = [Replica(checkpoint, name, free_port(), log_dir / f"replica-{i}.log") for i in range(count)]
+    try:
+        for r in replicas:
+            r.start()
+        for r in replicas:
+            r.wait_ready()
+        yield replicas
+    finally:
+        for r in replicas:
+            r.stop()

@@ -1,0 +1,394 @@
+"""The endpoint picker of a model pool served by remote vLLM replicas: scraping, ejection and choice.
+
+Each replica's own `/metrics` is scraped in the background; a replica that fails a scrape or a request is
+ejected at once and readmitted only when its `/health` answers 200 after an exponential backoff. The choice
+itself is pure policy over the replicas' current state (`least_loaded`, `bounded_affinity`): requests that
+share an affinity key (a tenant, a conversation, a shared prefix) go to the same replica, so its prefix cache
+keeps paying, unless that replica carries more than its bounded share of the pool's load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import math
+import re
+import time
+from collections.abc import Callable, Collection, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import httpx
+
+from serving.errors import EngineUnavailable
+
+logger = logging.getLogger(__name__)
+
+Policy = Literal["picker", "round_robin"]
+
+KV_WEIGHT = 4.0  # a full KV cache weighs as much as four queued requests: the next one preempts or waits
+MAX_SCRAPE_BYTES = 8 << 20  # vLLM's /metrics is a few hundred KB with every histogram
+
+_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
+_ESCAPE = re.compile(r"\\(.)")
+# Sample name (with or without a counter's `_total`) -> field of ReplicaMetrics.
+_SAMPLES = {
+    "vllm:kv_cache_usage_perc": "kv_cache_usage",
+    "vllm:num_requests_running": "running",
+    "vllm:num_requests_waiting": "waiting",
+    "vllm:prefix_cache_queries": "prefix_cache_queries",
+    "vllm:prefix_cache_queries_total": "prefix_cache_queries",
+    "vllm:prefix_cache_hits": "prefix_cache_hits",
+    "vllm:prefix_cache_hits_total": "prefix_cache_hits",
+}
+_CACHE_INFO = "vllm:cache_config_info"
+
+
+@dataclass
+class ReplicaMetrics:
+    """What one replica's own `/metrics` says, summed over its engines (data-parallel ranks)."""
+
+    kv_cache_usage: float = 0.0  # vllm:kv_cache_usage_perc, 0..1, the mean over engines
+    running: int = 0  # vllm:num_requests_running
+    waiting: int = 0  # vllm:num_requests_waiting
+    prefix_cache_queries: float = 0.0  # vllm:prefix_cache_queries_total, tokens, since the replica started
+    prefix_cache_hits: float = 0.0  # vllm:prefix_cache_hits_total
+    num_gpu_blocks: int | None = None  # label num_gpu_blocks of vllm:cache_config_info, summed over engines
+    block_size: int | None = None  # label block_size of vllm:cache_config_info
+    scraped_at: float = 0.0  # time.monotonic()
+
+    @property
+    def prefix_cache_hit_rate(self) -> float | None:
+        return self.prefix_cache_hits / self.prefix_cache_queries if self.prefix_cache_queries > 0 else None
+
+
+def _parse_sample(line: str) -> tuple[str, dict[str, str], float] | None:
+    """One sample line `name{label="value",...} value [timestamp]`; None for anything else."""
+    line = line.strip()
+    match = _NAME.match(line)
+    if line.startswith("#") or match is None:
+        return None
+    name, pos, labels = match.group(0), match.end(), {}
+    if line.startswith("{", pos):
+        pos += 1
+        while (label := _LABEL.match(line, pos)) is not None:
+            labels[label.group(1)] = _ESCAPE.sub(lambda m: "\n" if m.group(1) == "n" else m.group(1), label.group(2))
+            pos = label.end()
+        rest = line[pos:].lstrip()
+        if not rest.startswith("}"):
+            return None
+        pos = len(line) - len(rest) + 1
+    fields = line[pos:].split()
+    try:
+        value = float(fields[0]) if fields else math.nan
+    except ValueError:
+        return None
+    return (name, labels, value) if math.isfinite(value) else None
+
+
+def _int_label(labels: dict[str, str], key: str) -> int | None:
+    try:
+        return int(labels.get(key, ""))
+    except ValueError:
+        return None  # vLLM writes "None" before the KV cache is sized
+
+
+def parse_vllm_metrics(text: str, now: float) -> ReplicaMetrics:
+    """Reads vLLM's Prometheus text exposition. Unknown lines are ignored and missing metrics keep their
+    defaults. Counts are summed over label sets (one per engine); KV usage, a fraction, is their mean."""
+    samples: dict[tuple[str, frozenset[tuple[str, str]]], float] = {}
+    blocks: dict[frozenset[tuple[str, str]], tuple[int | None, int | None]] = {}
+    for line in text.splitlines():
+        sample = _parse_sample(line)
+        if sample is None:
+            continue
+        name, labels, value = sample
+        key = frozenset(labels.items())
+        if name in _SAMPLES:
+            samples[(_SAMPLES[name], key)] = value  # a duplicate line or both counter spellings count once
+        elif name == _CACHE_INFO:
+            blocks[key] = (_int_label(labels, "num_gpu_blocks"), _int_label(labels, "block_size"))
+    totals: dict[str, list[float]] = {}
+    for (attr, _), value in samples.items():
+        totals.setdefault(attr, []).append(value)
+    usage = totals.get("kv_cache_usage", [])
+    gpu_blocks = [n for n, _ in blocks.values() if n is not None]
+    sizes = [s for _, s in blocks.values() if s is not None]
+    return ReplicaMetrics(
+        kv_cache_usage=sum(usage) / len(usage) if usage else 0.0,
+        running=round(sum(totals.get("running", []))),
+        waiting=round(sum(totals.get("waiting", []))),
+        prefix_cache_queries=sum(totals.get("prefix_cache_queries", [])),
+        prefix_cache_hits=sum(totals.get("prefix_cache_hits", [])),
+        num_gpu_blocks=sum(gpu_blocks) if gpu_blocks else None,
+        block_size=max(sizes) if sizes else None,
+        scraped_at=now,
+    )
+
+
+@dataclass
+class Replica:
+    """One `vllm serve` replica of a pool, as this gateway sees it."""
+
+    url: str  # base URL without a trailing slash
+    name: str  # host:port
+    state: Literal["up", "ejected"] = "up"
+    metrics: ReplicaMetrics | None = None
+    in_flight: int = 0  # requests this gateway has on it right now
+    failures: int = 0  # consecutive failures: the one that ejected it, then failed /health probes
+    ejected_at: float = 0.0
+    ejected_until: float = 0.0  # the next /health probe is due then
+    backoff_s: float = 0.0  # 0 while up
+    picks: int = 0
+    affinity_picks: int = 0  # picks that went to the affinity key's first choice
+
+    @classmethod
+    def at(cls, url: str) -> Replica:
+        base = url.rstrip("/")
+        parsed = httpx.URL(base)
+        return cls(url=base, name=f"{parsed.host}:{parsed.port or (443 if parsed.scheme == 'https' else 80)}")
+
+    def load(self) -> float:
+        """`max(in_flight, running) + waiting + 4 * kv_cache_usage`.
+
+        `in_flight` is this gateway's own count and is exact at once, while a scrape lags by up to an
+        interval: taking the larger of it and the scraped `running` sees a burst we just sent before the
+        replica reports it, and still sees work other gateways put there. Queued requests count again,
+        because a new request waits behind them; the KV term separates replicas whose queues are equal and
+        shies away from a nearly full cache, where vLLM preempts. Without a scrape, the load is `in_flight`.
+        """
+        m = self.metrics
+        if m is None:
+            return float(self.in_flight)
+        return max(self.in_flight, m.running) + m.waiting + KV_WEIGHT * m.kv_cache_usage
+
+
+def rendezvous_weight(key: str, url: str) -> int:
+    """Highest-random-weight hash of (key, replica): stable across processes, unlike `hash()`."""
+    digest = hashlib.blake2b(f"{key}\x00{url}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
+
+
+def least_loaded(candidates: Sequence[Replica]) -> Replica:
+    """The lowest `load()`; ties go to the replica picked least so far, then to the first listed."""
+    return min(candidates, key=lambda r: (r.load(), r.picks))
+
+
+def bounded_affinity(key: str, candidates: Sequence[Replica], load_bound: float) -> tuple[Replica, bool]:
+    """Consistent hashing with bounded loads: the key's replicas in rendezvous order, and the first whose load
+    is at most `load_bound * (total load + 1) / n`. Returns the replica and whether it is the first choice."""
+    loads = {r.url: r.load() for r in candidates}
+    bound = load_bound * (sum(loads.values()) + 1) / len(candidates)
+    ranked = sorted(candidates, key=lambda r: rendezvous_weight(key, r.url), reverse=True)
+    for replica in ranked:
+        if loads[replica.url] <= bound:
+            return replica, replica is ranked[0]
+    return least_loaded(candidates), False
+
+
+class _ProbeFailed(Exception):
+    pass
+
+
+class EndpointPicker:
+    """Picks a replica of one pool per request, and keeps each replica's state from its `/metrics`."""
+
+    def __init__(
+        self,
+        pool: str,
+        urls: Sequence[str],
+        client: httpx.AsyncClient,
+        *,
+        policy: Policy = "picker",
+        scrape_interval_s: float = 0.25,
+        scrape_timeout_s: float = 1.0,
+        load_bound: float = 1.25,
+        backoff_initial_s: float = 0.5,
+        backoff_max_s: float = 8.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.replicas = [Replica.at(u) for u in urls]
+        if not self.replicas or len({r.url for r in self.replicas}) != len(self.replicas):
+            raise ValueError(f"pool {pool}: replica URLs must be given, each once")
+        if min(scrape_interval_s, scrape_timeout_s, load_bound, backoff_initial_s) <= 0:
+            raise ValueError(f"pool {pool}: intervals, timeouts and the load bound must be positive")
+        self.pool = pool
+        self.policy = policy
+        self._client = client
+        self._interval = scrape_interval_s
+        self._timeout = scrape_timeout_s
+        self._load_bound = load_bound
+        self._backoff_initial = backoff_initial_s
+        self._backoff_max = max(backoff_max_s, backoff_initial_s)
+        self._clock = clock
+        self._next = 0  # round robin's position in `replicas`
+        self._watchers: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        """Scrapes every replica once, so capacity is known, then watches each one in the background."""
+        if self._watchers:
+            return
+        await self.scrape_once()
+        self._watchers = [
+            asyncio.create_task(self._watch(r), name=f"fleet:{self.pool}:{r.name}") for r in self.replicas
+        ]
+
+    async def close(self) -> None:
+        watchers, self._watchers = self._watchers, []
+        for task in watchers:
+            task.cancel()
+        await asyncio.gather(*watchers, return_exceptions=True)
+
+    async def scrape_once(self) -> None:
+        """One round: `/metrics` of every up replica, `/health` of every ejected one whose backoff is over."""
+        results = await asyncio.gather(*(self._check(r) for r in self.replicas), return_exceptions=True)
+        for replica, result in zip(self.replicas, results, strict=True):
+            if isinstance(result, Exception):
+                logger.error("pool %s: checking replica %s failed", self.pool, replica.name, exc_info=result)
+
+    def pick(self, affinity: str | None, exclude: Collection[str] = ()) -> Replica:
+        """An up replica whose URL is not in `exclude` (the replicas a retried request already failed on)."""
+        candidates = [r for r in self.replicas if r.state == "up" and r.url not in exclude]
+        if not candidates:
+            raise EngineUnavailable(f"no replica of the model '{self.pool}' is available", retry_after_s=1.0)
+        if self.policy == "round_robin":
+            chosen = self._round_robin(candidates)
+        elif affinity is None:
+            chosen = least_loaded(candidates)
+        else:
+            chosen, first_choice = bounded_affinity(affinity, candidates, self._load_bound)
+            if first_choice:
+                chosen.affinity_picks += 1
+        chosen.picks += 1
+        return chosen
+
+    @contextlib.contextmanager
+    def lease(self, replica: Replica) -> Iterator[None]:
+        """Counts a request on `replica` for as long as the block runs, however it leaves."""
+        replica.in_flight += 1
+        try:
+            yield
+        finally:
+            replica.in_flight -= 1
+
+    def report_failure(self, replica: Replica, reason: str) -> None:
+        """A request failed on `replica` (connection error, timeout, 5xx): eject it now. Failures of requests
+        already running there when it was ejected are the same outage and change nothing."""
+        if replica.state == "ejected":
+            return
+        now = self._clock()
+        replica.state, replica.failures, replica.backoff_s = "ejected", 1, self._backoff_initial
+        replica.ejected_at, replica.ejected_until = now, now + replica.backoff_s
+        logger.warning("pool %s: replica %s ejected for %.1fs: %s", self.pool, replica.name, replica.backoff_s, reason)
+
+    def report_success(self, replica: Replica) -> None:
+        if replica.state == "up":
+            replica.failures = 0
+
+    def capacity_blocks(self) -> tuple[int, int] | None:
+        """(KV blocks, block size) over the replicas that have reported their cache; None if none has. Block
+        sizes that differ are reconciled in tokens and expressed in the smallest."""
+        sized = [
+            (r.metrics.num_gpu_blocks, r.metrics.block_size)
+            for r in self.replicas
+            if r.metrics is not None and r.metrics.num_gpu_blocks is not None and r.metrics.block_size
+        ]
+        if not sized:
+            return None
+        block_size = min(size for _, size in sized)
+        return sum(blocks * size for blocks, size in sized) // block_size, block_size
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        now = self._clock()
+        rows = []
+        for r in self.replicas:
+            m = r.metrics or ReplicaMetrics()
+            rows.append(
+                {
+                    "name": r.name,
+                    "url": r.url,
+                    "state": r.state,
+                    "in_flight": r.in_flight,
+                    "running": m.running,
+                    "waiting": m.waiting,
+                    "kv_cache_usage": m.kv_cache_usage,
+                    "prefix_cache_hit_rate": m.prefix_cache_hit_rate,
+                    "picks": r.picks,
+                    "affinity_picks": r.affinity_picks,
+                    "ejected_for_s": now - r.ejected_at if r.state == "ejected" else None,
+                }
+            )
+        return rows
+
+    def _round_robin(self, candidates: Sequence[Replica]) -> Replica:
+        eligible = {r.url for r in candidates}
+        for step in range(len(self.replicas)):
+            index = (self._next + step) % len(self.replicas)
+            if self.replicas[index].url in eligible:
+                self._next = index + 1
+                return self.replicas[index]
+        raise AssertionError("candidates are drawn from the replicas")  # pragma: no cover
+
+    async def _watch(self, replica: Replica) -> None:
+        # One watcher per replica, so a replica that hangs until the timeout delays no other's ejection.
+        while True:
+            began = self._clock()
+            try:
+                await self._check(replica)
+            except Exception:
+                logger.exception("pool %s: checking replica %s failed", self.pool, replica.name)
+            await asyncio.sleep(max(0.0, self._interval - (self._clock() - began)))
+
+    async def _check(self, replica: Replica) -> None:
+        if replica.state == "up":
+            await self._scrape(replica)
+        elif self._clock() >= replica.ejected_until:
+            await self._probe(replica)
+
+    async def _scrape(self, replica: Replica) -> None:
+        try:
+            text = await self._get(replica.url + "/metrics")
+        except _ProbeFailed as exc:
+            self.report_failure(replica, f"/metrics: {exc}")
+            return
+        replica.metrics = parse_vllm_metrics(text, self._clock())
+
+    async def _probe(self, replica: Replica) -> None:
+        # Readmission wants a fresh /metrics too: a replica whose /health answers but whose /metrics does not
+        # would otherwise flap in and out at the initial backoff.
+        try:
+            await self._get(replica.url + "/health")
+            text = await self._get(replica.url + "/metrics")
+        except _ProbeFailed as exc:
+            replica.failures += 1
+            replica.backoff_s = min(replica.backoff_s * 2, self._backoff_max)
+            replica.ejected_until = self._clock() + replica.backoff_s
+            logger.debug("pool %s: replica %s still down (%s)", self.pool, replica.name, exc)
+            return
+        replica.metrics = parse_vllm_metrics(text, self._clock())
+        replica.state, replica.failures, replica.backoff_s, replica.ejected_until = "up", 0, 0.0, 0.0
+        logger.info("pool %s: replica %s readmitted", self.pool, replica.name)
+
+    async def _get(self, url: str) -> str:
+        """The body of a 200 answer, within the timeout and the byte cap; anything else raises _ProbeFailed."""
+        try:
+            async with asyncio.timeout(self._timeout):
+                return await self._read(url)
+        except TimeoutError:
+            raise _ProbeFailed(f"no answer within {self._timeout}s") from None
+        except httpx.HTTPError as exc:
+            raise _ProbeFailed(f"{type(exc).__name__}: {exc}") from None
+
+    async def _read(self, url: str) -> str:
+        async with self._client.stream("GET", url, timeout=self._timeout) as resp:
+            if resp.status_code != 200:
+                raise _ProbeFailed(f"HTTP {resp.status_code}")
+            body = bytearray()
+            async for chunk in resp.aiter_bytes():
+                body += chunk
+                if len(body) > MAX_SCRAPE_BYTES:
+                    raise _ProbeFailed(f"answer over {MAX_SCRAPE_BYTES} bytes")
+            return body.decode("utf-8", errors="replace")
