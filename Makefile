@@ -37,6 +37,7 @@ bench-smoke: setup
 	$(VENV)/bin/tessera bench latency --smoke --json artifacts/bench-smoke/latency.json
 	$(VENV)/bin/tessera bench tenancy --smoke --json artifacts/bench-smoke/tenancy.json
 	$(VENV)/bin/tessera bench structured --smoke --json artifacts/bench-smoke/structured.json
+	$(VENV)/bin/tessera bench fleet --smoke --json artifacts/bench-smoke/fleet.json
 
 # The full benches (about 3, 2 and 1 minutes on 2 cores).
 bench: setup
@@ -44,6 +45,7 @@ bench: setup
 	$(VENV)/bin/tessera bench latency --json artifacts/bench_latency.json
 	$(VENV)/bin/tessera bench tenancy --json artifacts/bench_tenancy.json
 	$(VENV)/bin/tessera bench structured --json artifacts/bench_structured.json
+	$(VENV)/bin/tessera bench fleet --json artifacts/bench_fleet.json --plot artifacts/bench_fleet.png
 
 clean:
 	rm -rf $(VENV) .tessera .pytest_cache .mypy_cache .ruff_cache

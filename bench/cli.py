@@ -10,7 +10,7 @@ SMOKE_HELP = "Tiny counts that still run every step, live server included (a min
 
 
 def add_bench_parser(subparsers: Any) -> None:
-    """Adds `bench pipeline|latency|tenancy|structured`, each with `--json PATH` (required) and `--smoke`."""
+    """Adds `bench pipeline|latency|tenancy|structured|fleet`, each with `--json PATH` (required) and `--smoke`."""
     bench = subparsers.add_parser("bench", help="Benchmarks (each writes JSON; --smoke for a quick check).")
     kinds = bench.add_subparsers(dest="bench_command", required=True)
     pipe = kinds.add_parser("pipeline", help="Encoder pools, embedding cache and admission vs the plain path.")
@@ -21,7 +21,14 @@ def add_bench_parser(subparsers: Any) -> None:
     tenancy.add_argument("--requests", type=int, help="Timed requests per side (default 100; smoke 5).")
     tenancy.add_argument("--redis-url", default=None, help="Redis for the rate limits (default db 4 on localhost).")
     structured = kinds.add_parser("structured", help="TPOT with and without response_format (guided decoding).")
-    for p in (pipe, latency, tenancy, structured):
+    fleet = kinds.add_parser("fleet", help="Endpoint picker vs round robin on two vLLM replicas, open-loop load.")
+    fleet.add_argument(
+        "--replicas", help="Comma-separated replica URLs to measure on (default: start two local replicas)."
+    )
+    fleet.add_argument("--requests", type=int, help="Timed requests per policy (default 160; smoke 12).")
+    fleet.add_argument("--rate", type=float, help="Poisson arrivals per second (default 1.0; smoke 1.5).")
+    fleet.add_argument("--plot", type=Path, help="Also draw the TTFT CDF of both policies to this PNG.")
+    for p in (pipe, latency, tenancy, structured, fleet):
         p.add_argument("--json", type=Path, required=True, help="Where to write the results.")
         p.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
 
@@ -45,6 +52,18 @@ def run_bench(args: argparse.Namespace) -> None:
             from bench.latency import run_latency_bench
 
             run_latency_bench(args.json, settings, smoke=args.smoke, repeats=args.repeats, max_tokens=args.max_tokens)
+        elif args.bench_command == "fleet":
+            from bench.fleet import run_fleet_bench
+
+            run_fleet_bench(
+                args.json,
+                settings,
+                smoke=args.smoke,
+                replicas=[u for u in (args.replicas or "").split(",") if u.strip()] or None,
+                requests=args.requests,
+                rate=args.rate,
+                plot=args.plot,
+            )
         else:
             from bench.tenancy import DEFAULT_REDIS_URL, run_tenancy_bench
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, delete, update
+from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from db.models import MediaEmbeddingCacheEntry
@@ -223,9 +224,15 @@ class EmbeddingCache:
             created_at=now,
             expires_at=now + self._ttl,
         )
-        with Session(self._db) as s:
-            s.merge(row)
-            s.commit()
+        for attempt in range(2):
+            try:
+                with Session(self._db) as s:
+                    s.merge(row)
+                    s.commit()
+                return
+            except IntegrityError:  # another gateway stored the same key between our read and insert
+                if attempt:
+                    raise
 
     def _disk_forget(self, key: str) -> None:
         with Session(self._db) as s:

@@ -48,6 +48,7 @@ class MediaEncoder:
     def __init__(self, ingest: MediaIngest, cache: EmbeddingCache | None) -> None:
         self._ingest = ingest
         self.cache = cache
+        self._encoding: dict[str, asyncio.Future[Any]] = {}  # cache key -> the encoding in progress
 
     async def encode(
         self, pool: ModelPool, plan: MessagePlan, probed: list[ProbedMedia], *, request_id: str, allow_degraded: bool
@@ -136,15 +137,39 @@ class MediaEncoder:
         encode: Callable[[], Awaitable[T]],
         pack: Callable[[T], CachedEmbedding],
     ) -> tuple[T, bool]:
-        """(encoder output, served from the cache). Entries that do not match the medium are never served."""
+        """(encoder output, served without encoding it). Entries that do not match the medium are never served.
+        Concurrent requests for the same medium share one encoding; a failed cache write only loses the entry."""
         key = cache_key(identity, content_hash)
         if self.cache is not None:
             hit = await self.cache.get(key, kind, valid)
             if hit is not None:
                 return unpack(hit), True
-        value = await encode()
+        shared = self._encoding.get(key)
+        if shared is not None:
+            try:
+                return await asyncio.shield(shared), True
+            except asyncio.CancelledError:
+                if not shared.cancelled():  # this request was cancelled, not the encoding it waited for
+                    raise
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._encoding[key] = future
+        try:
+            value = await encode()
+        except BaseException as exc:
+            if isinstance(exc, asyncio.CancelledError):
+                future.cancel()
+            else:
+                future.set_exception(exc)
+                future.exception()  # retrieved: waiters re-raise it, and none may be waiting
+            raise
+        finally:
+            self._encoding.pop(key, None)
+        future.set_result(value)
         if self.cache is not None:
-            await self.cache.put(key, kind, content_hash, identity, pack(value))
+            try:
+                await self.cache.put(key, kind, content_hash, identity, pack(value))
+            except Exception:
+                logger.exception("embedding cache: storing %s failed; the next request encodes it again", key[:16])
         return value, False
 
 
