@@ -297,41 +297,48 @@ def check_fresh_caches(policy: str, warm: Sequence[dict[str, Any]]) -> dict[str,
     return {"warmup_requests": len(warm), "text_prompt_tokens": min(r["prompt_tokens"] for r in texts)}
 
 
+def _ejections(server: LiveServer) -> int:
+    """Replica ejections the gateway has logged so far (it logs each at WARNING, the bench server's level)."""
+    return server.log_path.read_text(errors="replace").count(" ejected for ")
+
+
 def run_phase(
     policy: str, models_dir: Path, urls: Sequence[str], sizes: FleetSizes, jobs: Sequence[Job], progress: Progress
 ) -> tuple[dict[str, Any], list[float]]:
-    """One policy against a fresh gateway: warm-up, then the open-loop workload. Returns its report and TTFTs."""
+    """One policy against a fresh gateway: warm-up, then the open-loop workload. Returns its report (failed
+    requests counted, the rest measured) and the TTFTs in ms."""
     pools = [{"name": MODEL, "replicas": list(urls)}]
     with live_server(models_dir, pools, progress, env={"TESSERA_FLEET_POLICY": policy}) as server:
         keys = tenant_keys(server, sizes.tenants)
         fresh = check_fresh_caches(policy, asyncio.run(warm_up(server, keys, sizes)))
-        before = _counters(server, urls)
+        before, ejected = _counters(server, urls), _ejections(server)
         results, wall, late = asyncio.run(open_loop(server, keys, jobs, sizes, progress))
-        after = _counters(server, urls)
-        errors = [r for r in results if r["error"]]
-        if errors:
-            first = errors[0]["error"]
-            raise BenchFailure(f"{policy}: {len(errors)} of {len(results)} requests failed; the first: {first}")
+        after, ejected = _counters(server, urls), _ejections(server) - ejected
         startup = server.startup_s
+    ok = [r for r in results if not r["error"]]
+    if not ok:
+        raise BenchFailure(f"{policy}: every request failed; the first: {results[0]['error']}")
     embedding = {k: int(after["embedding"][k] - before["embedding"][k]) for k in after["embedding"]}
     report = {
         "server_startup_s": round(startup, 1),
         "wall_s": round(wall, 1),
         "achieved_rate_per_s": round(len(results) / wall, 3),
-        "mean_in_flight": round(sum(r["total_s"] for r in results) / wall, 2),
+        "mean_in_flight": round(sum(r["total_s"] for r in ok) / wall, 2),  # Little's law over the phase
         "worst_send_lateness_ms": round(late * 1000, 1),
-        "errors": 0,
-        "latency": latency_summary(results),
+        "errors": len(results) - len(ok),
+        "error_samples": sorted({r["error"] for r in results if r["error"]})[:3],
+        "replica_ejections": ejected,
+        "latency": latency_summary(ok),
         "replicas": replica_deltas(before, after),
         "embedding_cache": embedding,
-        "requests_with_prefix_hits": sum(1 for r in results if r["cached_tokens"]),
+        "requests_with_prefix_hits": sum(1 for r in ok if r["cached_tokens"]),
         # Hits are whole KV blocks: more cached tokens than a text request's whole prompt reach into the media.
         "repeats_with_media_prefix_hits": sum(
-            1 for r in results if r["job"].repeat and r["cached_tokens"] > fresh["text_prompt_tokens"]
+            1 for r in ok if r["job"].repeat and r["cached_tokens"] > fresh["text_prompt_tokens"]
         ),
         "fresh_cache_check": {**fresh, "passed": True},
     }
-    return report, [r["ttft_s"] * 1000 for r in results]
+    return report, [r["ttft_s"] * 1000 for r in ok]
 
 
 @contextmanager
@@ -390,7 +397,10 @@ def _print_phase(policy: str, phase: dict[str, Any], progress: Progress) -> None
             f"rate {row['prefix_cache_hit_rate']:.0%}"
         )
     emb = phase["embedding_cache"]
-    progress(f"  {policy:11s} embedding cache: {emb['image_hit']} image / {emb['audio_hit']} audio hits")
+    progress(
+        f"  {policy:11s} embedding cache: {emb['image_hit']} image / {emb['audio_hit']} audio hits; "
+        f"{phase['replica_ejections']} replica ejections; {phase['errors']} failed requests"
+    )
 
 
 def run_fleet_bench(
@@ -439,6 +449,10 @@ def run_fleet_bench(
     if plot is not None:
         draw_cdf(plot, ttfts, "TTFT CDF (ms): picker vs round robin, same workload")
         progress(f"wrote {plot}")
+    failed = {p: report["policies"][p]["errors"] for p in POLICIES if report["policies"][p]["errors"]}
+    if failed:
+        first = next(report["policies"][p]["error_samples"][0] for p in failed)
+        raise BenchFailure(f"failed requests per policy: {failed}; the first: {first}")
     return report
 
 

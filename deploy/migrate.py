@@ -25,11 +25,11 @@ def migrate(url: str) -> None:
     engine = create_engine(url)
     try:
         with engine.connect() as conn:
-            pass
+            conn.execute(text("SELECT pg_advisory_lock(:key)"), {"key": LOCK_KEY})
             try:
                 upgrade(url)
             finally:
-                pass
+                conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": LOCK_KEY})
     finally:
         engine.dispose()
 

@@ -311,7 +311,8 @@ def test_two_gateways_share_the_concurrency_limit(gateway, gateway_b):
     short = {"model": "small", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
     with httpx.stream("POST", gateway.v1 + "/chat/completions", json=long_body, headers=headers, timeout=120) as resp:
         assert resp.status_code == 200
-        next(resp.iter_lines())
+        lines = resp.iter_lines()  # held: a dropped iterator closes the response, which cancels the request
+        next(lines)
         refused = openai_wire.post(gateway_b.v1 + "/chat/completions", json=short, headers=headers, timeout=60)
         assert refused.status_code == 429, refused.text
     deadline = time.monotonic() + 20

@@ -12,7 +12,6 @@ import sys
 import threading
 import uuid
 from collections.abc import Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -543,10 +542,20 @@ def pg_url() -> Iterator[str]:
 
 
 def test_migrate_lets_replicas_starting_together_migrate_an_empty_database(pg_url):
-    migrate = _migrate_module().migrate
-    with ThreadPoolExecutor(max_workers=3) as pool:
-        results = list(pool.map(lambda _: migrate(pg_url), range(3)))
-    assert results == [None, None, None]
+    # Separate processes, as separate pods are: alembic keeps its migration context in a module global.
+    env = {**os.environ, "TESSERA_DATABASE_URL": pg_url}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(DEPLOY / "migrate.py")], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
+        for _ in range(3)
+    ]
+    try:
+        outputs = [proc.communicate(timeout=120)[0].decode() for proc in procs]
+    finally:
+        for proc in procs:
+            proc.kill()
+    assert [proc.returncode for proc in procs] == [0, 0, 0], outputs
     engine = create_engine(pg_url)
     try:
         with engine.connect() as conn:
