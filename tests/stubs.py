@@ -60,6 +60,7 @@ class StubEngine:
         self._hang_at = hang_at
         self.aborted: list[str] = []
         self.requests: list = []
+        self.replica_rows: list[dict] = []  # what a remote pool's picker would report
 
     async def generate(self, request):
         self.requests.append(request)
@@ -81,6 +82,9 @@ class StubEngine:
 
     def num_unfinished(self):
         return 0
+
+    def replicas(self):
+        return self.replica_rows
 
     def tokenizer(self):
         return StubTokenizer()

@@ -31,6 +31,7 @@ from tests.conftest import ADMIN_KEY, API_KEY, MODELS_DIR, LiveServer, free_port
 from tests.dbs import migrated
 
 REDIS_URL = "redis://127.0.0.1:6379/5"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
 KEY_SECRET = "fleet-test-secret"
 
 
@@ -445,10 +446,21 @@ def test_a_killed_replica_is_ejected_and_readmitted(gateway, replicas):
 
     victim.start()
     victim.wait_ready()
-    deadline = time.monotonic() + 30
+    ready = time.monotonic()
+    deadline = ready + 30
     while time.monotonic() < deadline and _replica_state(gateway)[victim.url]["state"] != "up":
         time.sleep(0.2)
     assert _replica_state(gateway)[victim.url]["state"] == "up"
+    figures = {
+        "ejected_after_kill_s": round(ejected_after, 3),
+        "readmitted_after_ready_s": round(time.monotonic() - ready, 3),
+        "streams_on_killed_replica": on_victim,
+        "streams_ended_with_error_event": len(errors),
+        "requests_during_failover": len(outcomes),
+        "requests_failed": sum(code != 200 for code in outcomes),
+    }
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / "fleet-failover.json").write_text(json.dumps(figures, indent=2) + "\n")
     resp = openai_wire.post(
         gateway.v1 + "/chat/completions",
         json={"model": "small", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2},
