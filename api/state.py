@@ -48,6 +48,7 @@ from serving.service import InferenceService
 from tenancy.directory import Directory
 from tenancy.limits import InProcessLimiter, RateLimiter, RedisLimiter
 from tenancy.quotas import QuotaGate
+from tenancy.revocations import ChangeFeed
 from tenancy.store import open_database
 from tenancy.usage_log import UsageRecorder
 
@@ -90,6 +91,9 @@ def console_secret(settings: Settings) -> str:
     return settings.key_secret or _private_file(settings.data_dir / "key-secret", lambda: secrets.token_hex(32))
 
 
+OPERATOR_KEY_NAME = "TESSERA_API_KEY"
+
+
 def setup_tenancy(settings: Settings, db: Engine) -> tuple[Directory, str | None, bool]:
     """The key directory, plus the demo tenant's key: the configured one, or one issued once and kept."""
     directory = Directory(db, console_secret(settings))
@@ -100,7 +104,9 @@ def setup_tenancy(settings: Settings, db: Engine) -> tuple[Directory, str | None
     except NotFound:
         tenant = directory.create_tenant(settings.demo_tenant)
     if settings.api_key:
-        directory.register_key(settings.api_key, tenant.id, name="TESSERA_API_KEY")
+        key_id = directory.register_key(settings.api_key, tenant.id, name=OPERATOR_KEY_NAME)
+        if retired := directory.retire_keys_named(OPERATOR_KEY_NAME, tenant.id, key_id):
+            logger.warning("TESSERA_API_KEY changed: revoked %d earlier operator key(s)", retired)
         return directory, settings.api_key, False
     key_file = settings.data_dir / "demo-key"
     fresh = not key_file.is_file()
@@ -148,6 +154,10 @@ async def build_state(settings: Settings) -> AsyncIterator[AppState]:
         limiter = _limiter(settings)
         if isinstance(limiter, RedisLimiter):
             stack.push_async_callback(limiter.close)
+        if settings.redis_url:
+            feed = ChangeFeed(settings.redis_url, directory)
+            await feed.start()
+            stack.push_async_callback(feed.close)
         pools = await _start_pools(settings, stack)
         ingest = _media_ingest(settings, await stack.enter_async_context(_fetch_client(settings)))
         stack.callback(ingest.close)

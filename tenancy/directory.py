@@ -13,6 +13,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -59,7 +60,12 @@ def _aware(moment: datetime | None) -> datetime | None:
 
 class Directory:
     """Keys and tenants. Resolved keys are cached for `cache_ttl_s` (unknown keys for `miss_ttl_s`), in an LRU
-    of at most `cache_entries`, so a flood of bad keys costs bounded memory."""
+    of at most `cache_entries`, so a flood of bad keys costs bounded memory.
+
+    Every change to a key, a tenant's status or its quota empties the cache and is announced to the other
+    gateways through `announce` (see `tenancy.revocations`), which empty theirs within a poll interval. A key
+    read from the database while the cache was being emptied is not cached, so a revocation cannot be
+    undone by a lookup that raced it."""
 
     def __init__(
         self,
@@ -77,6 +83,8 @@ class Directory:
         self._cache_entries = cache_entries
         self._cache: OrderedDict[str, tuple[float, Principal | None]] = OrderedDict()
         self._lock = threading.Lock()
+        self._generation = 0  # bumped by every `forget`
+        self.announce: Callable[[], None] | None = None  # tells the other gateways (set by a change feed)
 
     def hash_key(self, key: str) -> str:
         return hmac.new(self._secret, key.encode(), hashlib.sha256).hexdigest()
@@ -243,9 +251,12 @@ class Directory:
             hit = self._cache.get(digest)
             if hit is not None and hit[0] > now:
                 return hit[1]
+            generation = self._generation
         principal = self._load(digest)
         ttl = self._cache_ttl if principal is not None else self._miss_ttl
         with self._lock:
+            if generation != self._generation:  # a change landed while we read: this row may predate it
+                return principal
             self._cache[digest] = (now + ttl, principal)
             self._cache.move_to_end(digest)
             while len(self._cache) > self._cache_entries:
@@ -283,9 +294,32 @@ class Directory:
         name = tenant.name if tenant else None
         return Principal(row.id, row.tenant_id, name, row.is_admin, models, quota, expires)
 
-    def forget(self) -> None:
+    def forget(self, *, announce: bool = True) -> None:
+        """Empty the resolved-key cache after a change, and tell the other gateways to empty theirs."""
         with self._lock:
             self._cache.clear()
+            self._generation += 1
+        if announce and self.announce is not None:
+            self.announce()
+
+    def retire_keys_named(self, name: str, tenant_id: str, keep_id: str) -> int:
+        """Revoke the tenant's other keys called `name`: an operator key that was replaced stops working."""
+        with Session(self._db, expire_on_commit=False) as s:
+            rows = s.exec(
+                select(ApiKey).where(
+                    ApiKey.tenant_id == tenant_id,
+                    ApiKey.name == name,
+                    ApiKey.id != keep_id,
+                    col(ApiKey.revoked_at).is_(None),
+                )
+            ).all()
+            for row in rows:
+                row.revoked_at = _now()
+                s.add(row)
+            s.commit()
+        if rows:
+            self.forget()
+        return len(rows)
 
 
 def tenant_summary(tenant: Tenant, quota: TenantQuota | None) -> dict[str, Any]:
