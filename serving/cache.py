@@ -29,8 +29,23 @@ from db.models import MediaEmbeddingCacheEntry
 logger = logging.getLogger(__name__)
 
 
-def cache_key(encoder_id: str, content_hash: str) -> str:
-    return hashlib.sha256(f"{encoder_id}:{content_hash}".encode()).hexdigest()
+def cache_key(encoder_id: str, content_hash: str, scope: str | None = None) -> str:
+    """The entry of one medium under one encoder, private to `scope` (a tenant's salt) unless it is None."""
+    if scope is None:
+        return hashlib.sha256(f"{encoder_id}:{content_hash}".encode()).hexdigest()
+    return hashlib.sha256(f"{encoder_id}:{scope}:{content_hash}".encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class CacheScope:
+    """Whose entries a request may read and write: its tenant's own, except for media the operator pinned,
+    which every tenant shares. So a tenant never learns, from cached tokens or timing, what another sent."""
+
+    tenant: str | None = None
+    pinned: frozenset[str] = frozenset()
+
+    def of(self, content_hash: str) -> str | None:
+        return None if content_hash in self.pinned else self.tenant
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from serving.cache import CachedEmbedding, EmbeddingCache, cache_key
+from serving.cache import CachedEmbedding, CacheScope, EmbeddingCache, cache_key
 from serving.encoders import AudioFeatures, EncoderFailure, ImageEmbedding
 from serving.ingest import MediaIngest, MessagePlan, ProbedMedia
 from serving.media.audio import LoadedAudio
@@ -38,6 +38,7 @@ class EncodedMedia:
     audio_features: list[AudioFeatures] | None = None
     cached_tokens: dict[str, int] = field(default_factory=lambda: {"image": 0, "audio": 0})
     degraded: list[str] = field(default_factory=list)
+    scope: CacheScope = field(default_factory=CacheScope)  # whose embedding-cache entries it reads and writes
 
     @property
     def content_hashes(self) -> set[str]:
@@ -51,19 +52,27 @@ class MediaEncoder:
         self._encoding: dict[str, asyncio.Future[Any]] = {}  # cache key -> the encoding in progress
 
     async def encode(
-        self, pool: ModelPool, plan: MessagePlan, probed: list[ProbedMedia], *, request_id: str, allow_degraded: bool
+        self,
+        pool: ModelPool,
+        plan: MessagePlan,
+        probed: list[ProbedMedia],
+        *,
+        request_id: str,
+        allow_degraded: bool,
+        scope: CacheScope | None = None,
     ) -> EncodedMedia:
         loaded = await self._ingest.decode(probed)
         out = EncodedMedia(
             plan,
             [m for m in loaded if isinstance(m, LoadedImage)],
             [m for m in loaded if isinstance(m, LoadedAudio)],
+            scope=scope or CacheScope(),
         )
         try:
             if out.images and pool.vision is not None:
-                out.image_embeds, out.cached_tokens["image"] = await self._encode_images(pool, out.images)
+                out.image_embeds, out.cached_tokens["image"] = await self._encode_images(pool, out.images, out.scope)
             if out.audios and pool.audio is not None:
-                out.audio_features, out.cached_tokens["audio"] = await self._encode_audio(pool, out.audios)
+                out.audio_features, out.cached_tokens["audio"] = await self._encode_audio(pool, out.audios, out.scope)
         except EncoderFailure as exc:
             if not allow_degraded:
                 raise
@@ -79,15 +88,17 @@ class MediaEncoder:
         if kind == "image":
             out.images, out.image_embeds = [], None
             if out.audios and pool.audio is not None:
-                out.audio_features, out.cached_tokens["audio"] = await self._encode_audio(pool, out.audios)
+                out.audio_features, out.cached_tokens["audio"] = await self._encode_audio(pool, out.audios, out.scope)
         else:
             out.audios, out.audio_features = [], None
 
-    async def _encode_audio(self, pool: ModelPool, audios: list[LoadedAudio]) -> tuple[list[AudioFeatures], int]:
-        results = await asyncio.gather(*(self._one_audio(pool, a) for a in audios))
+    async def _encode_audio(
+        self, pool: ModelPool, audios: list[LoadedAudio], scope: CacheScope
+    ) -> tuple[list[AudioFeatures], int]:
+        results = await asyncio.gather(*(self._one_audio(pool, a, scope) for a in audios))
         return [f for f, _ in results], sum(f.tokens for f, hit in results if hit)
 
-    async def _one_audio(self, pool: ModelPool, audio: LoadedAudio) -> tuple[AudioFeatures, bool]:
+    async def _one_audio(self, pool: ModelPool, audio: LoadedAudio, scope: CacheScope) -> tuple[AudioFeatures, bool]:
         encoder = pool.audio
         assert encoder is not None
         frames = round(audio.seconds * 100)
@@ -95,17 +106,20 @@ class MediaEncoder:
             "audio",
             encoder.identity,
             audio.content_hash,
+            scope.of(audio.content_hash),
             valid=lambda hit: "features" in hit.tensors and abs(hit.token_count - frames) <= 1,
             unpack=lambda hit: AudioFeatures(hit.tensors["features"].T.contiguous(), hit.token_count),
             encode=lambda: encoder.encode(audio.samples),
             pack=lambda f: CachedEmbedding({"features": f.features.T.contiguous()}, f.frames),
         )
 
-    async def _encode_images(self, pool: ModelPool, images: list[LoadedImage]) -> tuple[list[ImageEmbedding], int]:
-        results = await asyncio.gather(*(self._one_image(pool, img) for img in images))
+    async def _encode_images(
+        self, pool: ModelPool, images: list[LoadedImage], scope: CacheScope
+    ) -> tuple[list[ImageEmbedding], int]:
+        results = await asyncio.gather(*(self._one_image(pool, img, scope) for img in images))
         return [emb for emb, _ in results], sum(emb.tokens for emb, hit in results if hit)
 
-    async def _one_image(self, pool: ModelPool, image: LoadedImage) -> tuple[ImageEmbedding, bool]:
+    async def _one_image(self, pool: ModelPool, image: LoadedImage, scope: CacheScope) -> tuple[ImageEmbedding, bool]:
         import torch
 
         vision = pool.vision
@@ -120,6 +134,7 @@ class MediaEncoder:
             "image",
             vision.identity,
             image.content_hash,
+            scope.of(image.content_hash),
             valid=lambda hit: hit.token_count == expected and "grid_thw" in hit.tensors,
             unpack=unpack,
             encode=lambda: vision.encode(image.image),
@@ -131,6 +146,7 @@ class MediaEncoder:
         kind: str,
         identity: str,
         content_hash: str,
+        scope: str | None,
         *,
         valid: Callable[[CachedEmbedding], bool],
         unpack: Callable[[CachedEmbedding], T],
@@ -139,7 +155,7 @@ class MediaEncoder:
     ) -> tuple[T, bool]:
         """(encoder output, served without encoding it). Entries that do not match the medium are never served.
         Concurrent requests for the same medium share one encoding; a failed cache write only loses the entry."""
-        key = cache_key(identity, content_hash)
+        key = cache_key(identity, content_hash, scope)
         if self.cache is not None:
             hit = await self.cache.get(key, kind, valid)
             if hit is not None:
@@ -178,9 +194,13 @@ def engine_media(encoded: EncodedMedia, pool: ModelPool) -> dict[str, Any]:
     medium's identity (its embedding-cache key) in placeholder order."""
     keys: dict[str, list[str]] = {}
     if encoded.image_embeds is not None and pool.vision is not None:
-        keys["image"] = [cache_key(pool.vision.identity, m.content_hash) for m in encoded.images]
+        keys["image"] = [
+            cache_key(pool.vision.identity, m.content_hash, encoded.scope.of(m.content_hash)) for m in encoded.images
+        ]
     if encoded.audio_features is not None and pool.audio is not None:
-        keys["audio"] = [cache_key(pool.audio.identity, a.content_hash) for a in encoded.audios]
+        keys["audio"] = [
+            cache_key(pool.audio.identity, a.content_hash, encoded.scope.of(a.content_hash)) for a in encoded.audios
+        ]
     return {
         "images": [] if encoded.image_embeds is not None else [m.image for m in encoded.images],
         "audios": [] if encoded.audio_features is not None else [(a.samples, a.sample_rate) for a in encoded.audios],

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from serving.cache import CacheScope
 from serving.encoders import audio_tokens_for
 from serving.errors import EngineUnavailable
 from serving.ingest import MediaIngest, MessageLike, MessagePlan, ProbedMedia, plan_messages
@@ -93,11 +94,17 @@ class Pipeline:
                 tokens += audio_tokens_for(p.seconds)
         return tokens
 
-    def cache_salt(self, caller_salt: str | None, media_hashes: set[str]) -> str | None:
-        """Requests whose media are all pinned share one salt, so their prefix is cached once for everyone."""
-        if self._shared_salt and media_hashes and media_hashes <= self._pinned:
+    def cache_salt(self, caller_salt: str | None, media_hashes: set[str], plan: MessagePlan) -> str | None:
+        """Requests whose media are all pinned share one salt, so their prefix is cached once for everyone; but
+        never a request with a system prompt, whose prefix is the caller's own. (What follows the pinned media
+        is shared too: a tenant can tell that someone asked the very same thing about a pinned medium.)"""
+        if self._shared_salt and media_hashes and media_hashes <= self._pinned and plan.system_text() is None:
             return self._shared_salt
         return caller_salt
+
+    def cache_scope(self, caller_salt: str | None) -> CacheScope:
+        """The caller's own embedding-cache entries, plus the pinned media everyone shares."""
+        return CacheScope(caller_salt, frozenset(self._pinned))
 
     def _views(self) -> list[PoolView]:
         return [PoolView(p.name, p.aliases, p.modalities, p.strength, _headroom(p)) for p in self.pools.pools]

@@ -112,11 +112,16 @@ class InferenceService:
         releases.callback(pool.admission.release, ticket)
 
         encoded = await self._encoder.encode(
-            pool, plan, probed, request_id=request_id, allow_degraded=request.allow_degraded
+            pool,
+            plan,
+            probed,
+            request_id=request_id,
+            allow_degraded=request.allow_degraded,
+            scope=pipeline.cache_scope(caller.cache_salt),
         )
         if encoded.degraded:
             prompt = await pipeline.render(pool, encoded.plan, request.rendered_tools())
-        cache_salt = pipeline.cache_salt(caller.cache_salt, encoded.content_hashes)
+        cache_salt = pipeline.cache_salt(caller.cache_salt, encoded.content_hashes, encoded.plan)
         engine_request = EngineRequest(
             request_id=request_id,
             prompt=prompt.text,

@@ -69,3 +69,28 @@ def test_tenants_never_share_prefix_cache_through_the_playground_or_the_api(serv
     assert _api_cached_tokens(server, key_b, system) == 0
     assert _playground_cached_tokens(server, key_c, system) == 0
     assert _playground_cached_tokens(server, key_b, system) >= 384  # b's own prompt, sent once already
+
+
+def test_embedding_cache_hits_are_a_tenants_own(server):
+    """Another tenant's request for the same image is encoded again, and never reported as cached."""
+    from bench.common import png_data_url
+
+    url = png_data_url(int(uuid.uuid4().hex[:6], 16))
+
+    def cached_image_tokens(key: str) -> tuple[int, int]:
+        client = openai_wire.openai_client(server.v1, key, timeout=120)
+        resp = client.chat.completions.create(
+            model="small",
+            messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}]}],
+            max_tokens=2,
+        )
+        details = resp.usage.prompt_tokens_details
+        return details.image_tokens, details.model_extra["cached_image_tokens"]
+
+    a, b = _tenant_key(server), _tenant_key(server)
+    image_tokens, first = cached_image_tokens(a)
+    assert image_tokens > 0
+    assert first == 0
+    assert cached_image_tokens(a) == (image_tokens, image_tokens)  # its own repeat is a hit
+    assert cached_image_tokens(b) == (image_tokens, 0)
+    assert cached_image_tokens(b) == (image_tokens, image_tokens)

@@ -45,6 +45,7 @@ async def _through(
         "image",
         "encoder-1",
         "sha-of-the-image",
+        None,
         valid=lambda hit: True,
         unpack=lambda hit: hit,
         encode=encode,
@@ -111,3 +112,23 @@ def test_a_failed_cache_write_does_not_fail_the_request():
         return await _through(_encoder(_Cache(fail_puts=True)), [], release)
 
     assert asyncio.run(run()) == ("embedding", False)
+
+
+def test_cache_entries_are_private_to_a_tenant_unless_the_medium_is_pinned():
+    from serving.cache import CacheScope, cache_key
+
+    a, b = CacheScope("salt-a", frozenset({"logo"})), CacheScope("salt-b", frozenset({"logo"}))
+    assert cache_key("enc", "photo", a.of("photo")) != cache_key("enc", "photo", b.of("photo"))
+    assert cache_key("enc", "logo", a.of("logo")) == cache_key("enc", "logo", b.of("logo")) == cache_key("enc", "logo")
+
+
+def test_a_shared_salt_never_covers_a_system_prompt():
+    from serving.ingest import MessagePlan
+    from serving.pipeline import Pipeline
+
+    pipeline = Pipeline(None, None, max_images=8, pinned_media={"logo"}, shared_cache_salt="everyone")  # type: ignore[arg-type]
+    bare = MessagePlan([{"role": "user", "content": [{"type": "image"}]}], [])
+    system = MessagePlan([{"role": "system", "content": "Acme's secret rules"}, *bare.messages], [])
+    assert pipeline.cache_salt("tenant", {"logo"}, bare) == "everyone"
+    assert pipeline.cache_salt("tenant", {"logo"}, system) == "tenant"
+    assert pipeline.cache_salt("tenant", {"logo", "photo"}, bare) == "tenant"
