@@ -74,6 +74,15 @@ class RateLimiter(Protocol):
         """(tokens in the current window, requests in flight) for one tenant, without reserving."""
         ...
 
+    async def reserve_budget(self, tenant: str, month: str, tokens: int, budget: int, floor: int) -> tuple[bool, int]:
+        """Add `tokens` to the tenant's month (settled plus reserved) if that stays within `budget`. The month
+        starts from `floor`, what the finished rows say, and never counts less. Returns (reserved, month)."""
+        ...
+
+    async def settle_budget(self, tenant: str, month: str, reserved: int, used: int) -> None:
+        """Replace a budget reservation by the tokens used."""
+        ...
+
 
 @dataclass
 class _TenantWindow:
@@ -85,7 +94,21 @@ class InProcessLimiter:
     def __init__(self, window_s: float = 60.0) -> None:
         self.window_s = window_s
         self._tenants: dict[str, _TenantWindow] = {}
+        self._months: dict[tuple[str, str], int] = {}  # (tenant, month) -> settled plus reserved tokens
         self._lock = asyncio.Lock()
+
+    async def reserve_budget(self, tenant: str, month: str, tokens: int, budget: int, floor: int) -> tuple[bool, int]:
+        async with self._lock:
+            current = max(self._months.get((tenant, month), 0), floor)
+            if current + tokens > budget:
+                return False, current
+            self._months[(tenant, month)] = current + tokens
+            return True, current + tokens
+
+    async def settle_budget(self, tenant: str, month: str, reserved: int, used: int) -> None:
+        async with self._lock:
+            if (tenant, month) in self._months:
+                self._months[(tenant, month)] += used - reserved
 
     async def reserve(self, tenant: str, tokens: int, limits: Limits) -> Decision:
         async with self._lock:
@@ -180,6 +203,16 @@ redis.call('EXPIRE', KEYS[2], math.ceil(ttl) + 5)
 return {1, used + want, active + 1, tostring(reset), ''}
 """
 
+# KEYS: the month's counter. ARGV: tokens, budget, floor (finished rows), ttl.
+_RESERVE_BUDGET = """
+local current = tonumber(redis.call('GET', KEYS[1]) or '0')
+local floor = tonumber(ARGV[3])
+if floor > current then current = floor end
+if current + tonumber(ARGV[1]) > tonumber(ARGV[2]) then return {0, current} end
+redis.call('SET', KEYS[1], current + tonumber(ARGV[1]), 'EX', tonumber(ARGV[4]))
+return {1, current + tonumber(ARGV[1])}
+"""
+
 # KEYS: tokens zset. ARGV: token id, old tokens, new tokens.
 _RECONCILE = """
 local old = ARGV[1] .. ':' .. ARGV[2]
@@ -190,6 +223,9 @@ if score then
 end
 return 1
 """
+
+
+MONTH_TTL_S = 40 * 24 * 3600  # a month's budget counter outlives its month
 
 
 class LimiterUnavailable(Unavailable):
@@ -226,6 +262,7 @@ class RedisLimiter:
         self._redis: Any = Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
         self._reserve = self._redis.register_script(_RESERVE)
         self._reconcile = self._redis.register_script(_RECONCILE)
+        self._reserve_budget = self._redis.register_script(_RESERVE_BUDGET)
 
     def _keys(self, tenant: str) -> list[str]:
         return [f"{self._prefix}:tpm:{tenant}", f"{self._prefix}:active:{tenant}"]
@@ -275,6 +312,23 @@ class RedisLimiter:
             raise LimiterUnavailable(exc) from exc
         used = sum(int(m.decode().rsplit(":", 1)[1]) for m in members)
         return used, int(active)
+
+    async def reserve_budget(self, tenant: str, month: str, tokens: int, budget: int, floor: int) -> tuple[bool, int]:
+        from redis.exceptions import RedisError
+
+        try:
+            ok, current = await self._reserve_budget(
+                keys=[f"{self._prefix}:month:{tenant}:{month}"], args=[tokens, budget, floor, MONTH_TTL_S]
+            )
+        except RedisError as exc:
+            raise LimiterUnavailable(exc) from exc
+        return bool(int(ok)), int(current)
+
+    async def settle_budget(self, tenant: str, month: str, reserved: int, used: int) -> None:
+        # A missing counter (Redis restarted) starts again from the finished rows at the next reservation.
+        key = f"{self._prefix}:month:{tenant}:{month}"
+        if await self._redis.exists(key):
+            await self._redis.incrby(key, used - reserved)
 
     async def close(self) -> None:
         await self._redis.aclose()

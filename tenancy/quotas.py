@@ -14,12 +14,13 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from sqlalchemy import Engine
 
 from serving.errors import PermissionDenied, QuotaExceeded, RateLimited
 from serving.policy import CallerIdentity, QuotaHold
-from tenancy.directory import Principal
+from tenancy.directory import Principal, TenantQuota
 from tenancy.limits import Limits, RateLimiter, Reservation
 from tenancy.metering import spent_this_month
 
@@ -45,19 +46,33 @@ def cache_salt(principal: Principal) -> str:
     return hashlib.sha256(f"tessera-kv:{owner}".encode()).hexdigest()[:32]
 
 
+@dataclass(frozen=True)
+class BudgetHold:
+    """Tokens reserved against a tenant's monthly token budget until the request settles."""
+
+    tenant: str
+    month: str
+    tokens: int
+
+
 @dataclass
 class TenantHold:
-    """One request's reservation against its tenant's limits."""
+    """One request's reservation against its tenant's limits and budget."""
 
     gate: QuotaGate
     reservation: Reservation | None
     limits: dict[str, str] = field(default_factory=dict)
+    budget: BudgetHold | None = None
 
     async def settle(self, used_tokens: int) -> None:
-        if self.reservation is None:
-            return
         reservation, self.reservation = self.reservation, None
-        await self.gate.settle(reservation, used_tokens)
+        budget, self.budget = self.budget, None
+        try:
+            if reservation is not None:
+                await self.gate.settle(reservation, used_tokens)
+        finally:
+            if budget is not None:
+                await self.gate.settle_budget(budget, used_tokens)
 
 
 @dataclass(frozen=True)
@@ -98,18 +113,17 @@ class QuotaGate:
         quota = principal.quota
         if principal.tenant_id is None or quota is None:
             return TenantHold(self, None)
-        if quota.monthly_token_budget is not None or quota.monthly_cost_budget_micros is not None:
-            tokens_used, cost_used = await self._spent(principal.tenant_id)
-            over_tokens = quota.monthly_token_budget is not None and tokens_used + tokens > quota.monthly_token_budget
-            over_cost = quota.monthly_cost_budget_micros is not None and cost_used >= quota.monthly_cost_budget_micros
-            if over_tokens or over_cost:
-                what = "token" if over_tokens else "spending"
-                raise QuotaExceeded(
-                    f"the monthly {what} budget of this tenant is spent; raise it or wait for the next month"
-                )
-        decision = await self._limiter.reserve(
-            principal.tenant_id, tokens, Limits(quota.tokens_per_minute, quota.concurrent_requests)
-        )
+        budget = await self._reserve_budget(principal.tenant_id, quota, tokens)
+        try:
+            decision = await self._limiter.reserve(
+                principal.tenant_id, tokens, Limits(quota.tokens_per_minute, quota.concurrent_requests)
+            )
+        except BaseException:
+            if budget is not None:
+                await self.settle_budget(budget, 0)
+            raise
+        if decision.reservation is None and budget is not None:
+            await self.settle_budget(budget, 0)
         counters = {k: v for k, v in decision.headers().items() if k.startswith("x-ratelimit")}
         if decision.reservation is None:
             what = "concurrent requests" if decision.reason == "concurrency" else "tokens per minute"
@@ -119,7 +133,36 @@ class QuotaGate:
                 retry_after_s=max(decision.reset_s, 0.001),
                 limits=counters,
             )
-        return TenantHold(self, decision.reservation, counters)
+        return TenantHold(self, decision.reservation, counters, budget)
+
+    async def _reserve_budget(self, tenant_id: str, quota: TenantQuota, tokens: int) -> BudgetHold | None:
+        """Check the monthly budgets, and reserve the request's worst case against the token budget across every
+        gateway, so parallel requests cannot overrun it by more than one request's tokens."""
+        if quota.monthly_token_budget is None and quota.monthly_cost_budget_micros is None:
+            return None
+        tokens_used, cost_used = await self._spent(tenant_id)
+        if quota.monthly_cost_budget_micros is not None and cost_used >= quota.monthly_cost_budget_micros:
+            raise QuotaExceeded(
+                "the monthly spending budget of this tenant is spent; raise it or wait for the next month"
+            )
+        if quota.monthly_token_budget is None:
+            return None
+        month = datetime.now(UTC).strftime("%Y-%m")
+        ok, _ = await self._limiter.reserve_budget(tenant_id, month, tokens, quota.monthly_token_budget, tokens_used)
+        if not ok:
+            raise QuotaExceeded(
+                f"the monthly token budget of this tenant ({quota.monthly_token_budget}) cannot cover this request "
+                f"({tokens} tokens at most); raise it or wait for the next month"
+            )
+        return BudgetHold(tenant_id, month, tokens)
+
+    async def settle_budget(self, budget: BudgetHold, used_tokens: int) -> None:
+        try:
+            await _with_retries(
+                lambda: self._limiter.settle_budget(budget.tenant, budget.month, budget.tokens, used_tokens)
+            )
+        except Exception:  # the month then counts the reserved worst case: strict, never lenient
+            logger.warning("could not settle a budget reservation of tenant %s", budget.tenant, exc_info=True)
 
     async def settle(self, reservation: Reservation, used_tokens: int) -> None:
         """Reconcile the reservation to what was used and free the slot; the slot is freed even when the

@@ -1,6 +1,7 @@
 """Keys, tenants, quotas and usage aggregates on SQLite and PostgreSQL."""
 
 import asyncio
+import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -223,3 +224,29 @@ def test_grounding_is_sliced_by_modality_mix(db):
         ("text+audio", 2, 0.6, 1),
         ("text+image+audio", 1, 0.2, 1),
     ]
+
+
+def test_a_monthly_budget_holds_against_parallel_requests(db):
+    """16 parallel requests whose worst case is 4,000 tokens, a budget of 5,000: one runs, fifteen are refused
+    with a quota error, and once it settles at 1,500 the next 3,500 fit."""
+    from serving.errors import QuotaExceeded
+    from tenancy.limits import RedisLimiter
+
+    d = Directory(db, "s")
+    t = d.create_tenant(f"budget-{uuid.uuid4().hex[:6]}", monthly_token_budget=5000)
+    key = d.issue_key(t.id).key
+
+    async def run():
+        gate = QuotaGate(RedisLimiter("redis://127.0.0.1:6379/0", prefix=f"t-{uuid.uuid4().hex[:6]}"), db)
+        policy = gate.policy(d.resolve(key))
+        results = await asyncio.gather(*(policy.reserve("small", 4000) for _ in range(16)), return_exceptions=True)
+        holds = [r for r in results if not isinstance(r, BaseException)]
+        refused = [r for r in results if isinstance(r, QuotaExceeded)]
+        await holds[0].settle(1500)
+        fits = await policy.reserve("small", 3500)
+        with pytest.raises(QuotaExceeded):
+            await policy.reserve("small", 1)
+        await fits.settle(0)
+        return len(holds), len(refused)
+
+    assert asyncio.run(run()) == (1, 15)

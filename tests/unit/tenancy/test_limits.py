@@ -132,3 +132,28 @@ def test_redis_paused_refuses_new_work_and_still_frees_the_slot_it_held():
             await _close(limiter)
 
     asyncio.run(run())
+
+
+def test_parallel_requests_cannot_overrun_a_monthly_budget(make_limiter):
+    """16 requests of 4,000 tokens each against a budget that covers one: one is reserved, the rest refused,
+    and what a settled request did not use is given back."""
+
+    async def run():
+        limiter = make_limiter()
+        tenant, month = f"t-{uuid.uuid4().hex[:6]}", "2026-12"
+        try:
+            results = await asyncio.gather(*(limiter.reserve_budget(tenant, month, 4000, 5000, 0) for _ in range(16)))
+            granted = [ok for ok, _ in results].count(True)
+            await limiter.settle_budget(tenant, month, 4000, 1500)
+            after_settle = await limiter.reserve_budget(tenant, month, 3500, 5000, 0)
+            over = await limiter.reserve_budget(tenant, month, 1, 5000, 0)
+            floored = await limiter.reserve_budget(f"{tenant}-b", month, 10, 5000, 4995)
+            return granted, after_settle, over, floored
+        finally:
+            await _close(limiter)
+
+    granted, after_settle, over, floored = asyncio.run(run())
+    assert granted == 1
+    assert after_settle == (True, 5000)  # 1,500 used + 3,500 reserved
+    assert over == (False, 5000)
+    assert floored == (False, 4995)  # the finished rows count even when the counter is new
