@@ -1,10 +1,12 @@
 """The caller policy: what serving asks of whoever sends a request. Serving defines it; tenancy implements it.
 
-Serving knows nothing of tenants, keys or budgets. It asks the caller three things, in this order, and the
+Serving knows nothing of tenants, keys or budgets. It asks the caller four things, in this order, and the
 lease (`serving.completion`) gives back what it took on every exit:
 1. may this caller use the chosen model (`check_model`, before any media is fetched when the model is named);
-2. which prefix-cache salt keeps its KV blocks apart from other callers' (`cache_salt`);
-3. a reservation of the request's worst-case tokens (`reserve`), settled to what was used when it ends.
+2. is there room for another request at all (`precheck`: a read, before any media is fetched or any prompt
+   is tokenized, so a caller at its limits costs the gateway almost nothing);
+3. which prefix-cache salt keeps its KV blocks apart from other callers' (`cache_salt`);
+4. a reservation of the request's worst-case tokens (`reserve`), settled to what was used when it ends.
 """
 
 from __future__ import annotations
@@ -43,6 +45,11 @@ class CallerPolicy(Protocol):
 
     def check_model(self, model: str) -> None:
         """Raise `PermissionDenied` when this caller may not use `model`."""
+        ...
+
+    async def precheck(self) -> None:
+        """Raise `RateLimited` when the caller has no request slot or token left right now; reserves nothing
+        (the reservation later is the binding check)."""
         ...
 
     async def reserve(self, model: str, tokens: int) -> QuotaHold:

@@ -84,6 +84,7 @@ class InferenceService:
         named = pipeline.named_pool(request.model, plan)
         if named is not None:
             caller.check_model(named[0].name)
+        await caller.precheck()
         probed = await pipeline.probe(plan)
         tools = request.rendered_tools()
         prompt = await pipeline.render(named[0] if named else pipeline.first_pool(), plan, tools)

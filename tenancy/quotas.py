@@ -94,6 +94,9 @@ class TenantPolicy:
                 f"this API key may not use the model '{model}'", param="model", code="model_not_allowed"
             )
 
+    async def precheck(self) -> None:
+        await self.gate.precheck(self.principal)
+
     async def reserve(self, model: str, tokens: int) -> QuotaHold:
         self.check_model(model)
         return await self.gate.reserve(self.principal, tokens)
@@ -108,6 +111,29 @@ class QuotaGate:
 
     def policy(self, principal: Principal) -> TenantPolicy:
         return TenantPolicy(principal, self)
+
+    async def precheck(self, principal: Principal) -> None:
+        """Refuse at once a tenant whose request slots or tokens are all taken, before the request costs the
+        gateway a media fetch or a tokenization."""
+        quota = principal.quota
+        if principal.tenant_id is None or quota is None:
+            return
+        tokens, active = await self._limiter.usage(principal.tenant_id)
+        if active >= quota.concurrent_requests:
+            raise RateLimited(
+                f"rate limit reached for concurrent requests: {quota.concurrent_requests} already running",
+                retry_after_s=1.0,
+                limits={
+                    "x-ratelimit-limit-requests": str(quota.concurrent_requests),
+                    "x-ratelimit-remaining-requests": "0",
+                },
+            )
+        if tokens >= quota.tokens_per_minute:
+            raise RateLimited(
+                f"rate limit reached for tokens per minute: {quota.tokens_per_minute} used",
+                retry_after_s=1.0,
+                limits={"x-ratelimit-limit-tokens": str(quota.tokens_per_minute), "x-ratelimit-remaining-tokens": "0"},
+            )
 
     async def reserve(self, principal: Principal, tokens: int) -> TenantHold:
         quota = principal.quota

@@ -110,6 +110,7 @@ class RecordingCaller:
     salt: str = "salt-a"
     reserved: list[tuple[str, int]] = field(default_factory=list)
     settled: list[int] = field(default_factory=list)
+    prechecked: int = 0
 
     @property
     def identity(self) -> CallerIdentity:
@@ -124,6 +125,9 @@ class RecordingCaller:
 
         if self.allowed is not None and model not in self.allowed:
             raise PermissionDenied(f"not {model}", code="model_not_allowed", param="model")
+
+    async def precheck(self) -> None:
+        self.prechecked += 1
 
     async def reserve(self, model: str, tokens: int) -> RecordingHold:
         self.reserved.append((model, tokens))

@@ -161,3 +161,37 @@ def test_degraded_request_drops_the_media_and_says_so():
     assert '"image"' not in request.prompt
     assert completion.submission.modalities == frozenset({"text"})
     assert h.pool.admission.in_use == 0
+
+
+def test_a_caller_at_its_limit_is_refused_before_any_media_is_fetched():
+    from serving.errors import RateLimited
+
+    class Full(RecordingCaller):
+        async def precheck(self) -> None:
+            raise RateLimited("no slot left", retry_after_s=1.0)
+
+    h = harness()
+    probed: list[object] = []
+    probe = h.service.pipeline.probe
+
+    async def counting_probe(plan):
+        probed.append(plan)
+        return await probe(plan)
+
+    h.service.pipeline.probe = counting_probe  # type: ignore[method-assign]
+    caller = Full()
+    with pytest.raises(RateLimited):
+        asyncio.run(h.service.start(_request(image=True), caller))
+    assert probed == []
+    assert caller.reserved == []
+    ok = RecordingCaller()
+    asyncio.run(_drain_once(h, ok))
+    assert ok.prechecked == 1
+    assert len(probed) == 1
+
+
+async def _drain_once(h, caller):
+    completion = await h.service.start(_request(image=True), caller)
+    async with completion:
+        async for _ in completion:
+            pass

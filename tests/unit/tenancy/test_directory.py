@@ -250,3 +250,25 @@ def test_a_monthly_budget_holds_against_parallel_requests(db):
         return len(holds), len(refused)
 
     assert asyncio.run(run()) == (1, 15)
+
+
+def test_precheck_refuses_a_tenant_with_no_slot_left_without_reserving(db):
+    from serving.errors import RateLimited
+
+    d = Directory(db, "s")
+    t = d.create_tenant(f"pre-{uuid.uuid4().hex[:6]}", concurrency=1)
+    key = d.issue_key(t.id).key
+    limiter = InProcessLimiter()
+    gate = QuotaGate(limiter, db)
+
+    async def run():
+        policy = gate.policy(d.resolve(key))
+        await policy.precheck()  # room: passes, and takes nothing
+        assert await limiter.usage(t.id) == (0, 0)
+        hold = await policy.reserve("small", 10)
+        with pytest.raises(RateLimited):
+            await policy.precheck()
+        await hold.settle(10)
+        await policy.precheck()
+
+    asyncio.run(run())
