@@ -128,6 +128,7 @@ def _raw_pools(env: Mapping[str, str]) -> list[Doc]:
     for pool in pools:
         assert set(pool) <= POOL_KEYS, f"unknown pool keys {set(pool) - POOL_KEYS}"
         assert pool["replicas"], f"pool {pool['name']} lists no replica"
+        assert pool.get("encoder_pools", True), "a remote pool needs encoder_pools: replicas take encoder outputs"
     assert len({p["name"] for p in pools}) == len(pools)
     return pools
 
@@ -160,6 +161,7 @@ def _check_replica(command: list[str], pool: PoolSettings, port: int, gpus: int,
     assert int(options["--tensor-parallel-size"] or 0) == gpus, "tensor parallelism must use every GPU given"
     assert int(options["--max-model-len"] or 0) == pool.max_model_len
     assert options.get("--scheduling-policy") == "priority"
+    assert options.get("--mm-processor-cache-gb") == "0", "every request carries its encoder outputs"
     for switch in VLLM_SWITCHES:
         assert switch in options, f"{switch} missing"
         assert options[switch] is None
@@ -335,6 +337,11 @@ def test_k8s_volumes_exist_and_the_embedding_cache_is_shared(k8s, monkeypatch):
 
     gateway = _gateway(k8s)
     assert gateway["spec"]["replicas"] >= 2
+    resources = _gateway_container(k8s)["resources"]
+    # The gateways run the encoder pools; on a GPU exactly when they are given one.
+    gpus = resources["limits"].get(GPU, 0)
+    assert resources["requests"].get(GPU, 0) == gpus
+    assert bool(gpus) == _settings(_k8s_env(k8s), monkeypatch).encoder_device.startswith("cuda")
     settings = _settings(_k8s_env(k8s), monkeypatch)
     volumes = {v["name"]: v for v in _pod(gateway)["volumes"]}
     mounts = {m["mountPath"]: m for m in _gateway_container(k8s)["volumeMounts"]}
@@ -435,6 +442,15 @@ def test_compose_pool_replicas_are_vllm_services_on_their_own_gpus(compose, monk
             assert any(v.startswith("models:/models") for v in service["volumes"])
     vllm_services = {n for n, s in services.items() if s.get("command", [])[:2] == ["vllm", "serve"]}
     assert vllm_services == named, "every vLLM service serves a pool, and every replica URL is a service"
+    for name, service in services.items():
+        if not _is_gateway(service):
+            continue
+        # The gateways run the encoder pools: each on a GPU of its own, none shared with a replica.
+        (devices,) = service["deploy"]["resources"]["reservations"]["devices"]
+        for gpu in devices["device_ids"]:
+            assert gpu not in taken, f"GPU {gpu} given to both {taken[gpu]} and {name}"
+            taken[gpu] = name
+        assert settings.encoder_device.startswith("cuda")
 
 
 def test_compose_healthchecks_volumes_and_ports(compose, monkeypatch):
