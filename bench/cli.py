@@ -25,7 +25,7 @@ def add_bench_parser(subparsers: Any) -> None:
     fleet.add_argument(
         "--replicas", help="Comma-separated replica URLs to measure on (default: start two local replicas)."
     )
-    fleet.add_argument("--requests", type=int, help="Timed requests per policy (default 140; smoke 12).")
+    fleet.add_argument("--requests", type=int, help="Timed requests per policy (default 120; smoke 12).")
     fleet.add_argument("--rate", type=float, help="Poisson arrivals per second (default 1.2; smoke 1.5).")
     fleet.add_argument("--plot", type=Path, help="Also draw the TTFT CDF of both policies to this PNG.")
     for p in (pipe, latency, tenancy, structured, fleet):

@@ -50,7 +50,7 @@ _VOCABULARY = (
 
 @dataclass(frozen=True)
 class FleetSizes:
-    requests: int = 140
+    requests: int = 120
     # About 60% of the two replicas: a request alone takes about 1 s on them (2 cores, shared with the gateway).
     rate: float = 1.2  # Poisson arrivals per second
     max_tokens: int = 24

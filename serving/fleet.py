@@ -28,6 +28,8 @@ logger = logging.getLogger(__name__)
 
 Policy = Literal["picker", "round_robin"]
 
+AFFINITY_SLACK = 1.0  # a key's replica is followed while it carries at most one request more than the idlest
+SLOW_SCRAPES_TO_EJECT = 3  # a busy replica may answer /metrics late; a dead one refuses at once
 KV_WEIGHT = 4.0  # a full KV cache weighs as much as four queued requests: the next one preempts or waits
 MAX_SCRAPE_BYTES = 8 << 20  # vLLM's /metrics is a few hundred KB with every histogram
 
@@ -139,6 +141,7 @@ class Replica:
     metrics: ReplicaMetrics | None = None
     in_flight: int = 0  # requests this gateway has on it right now
     failures: int = 0  # consecutive failures: the one that ejected it, then failed /health probes
+    slow_scrapes: int = 0  # consecutive /metrics scrapes that timed out while up
     ejected_at: float = 0.0
     ejected_until: float = 0.0  # the next /health probe is due then
     backoff_s: float = 0.0  # 0 while up
@@ -177,11 +180,17 @@ def least_loaded(candidates: Sequence[Replica]) -> Replica:
     return min(candidates, key=lambda r: (r.load(), r.picks))
 
 
-def bounded_affinity(key: str, candidates: Sequence[Replica], load_bound: float) -> tuple[Replica, bool]:
+def bounded_affinity(
+    key: str, candidates: Sequence[Replica], load_bound: float, slack: float = AFFINITY_SLACK
+) -> tuple[Replica, bool]:
     """Consistent hashing with bounded loads: the key's replicas in rendezvous order, and the first whose load
-    is at most `load_bound * (total load + 1) / n`. Returns the replica and whether it is the first choice."""
+    is at most `load_bound * (total load + 1) / n` and at most `slack` above the least-loaded replica's.
+    Returns the replica and whether it is the first choice.
+
+    The slack matters on small pools: with two replicas the bound alone lets one carry 1.67 times the
+    other's load plus one, and on replicas that run one sequence at a time every stacked request waits."""
     loads = {r.url: r.load() for r in candidates}
-    bound = load_bound * (sum(loads.values()) + 1) / len(candidates)
+    bound = min(load_bound * (sum(loads.values()) + 1) / len(candidates), min(loads.values()) + slack)
     ranked = sorted(candidates, key=lambda r: rendezvous_weight(key, r.url), reverse=True)
     for replica in ranked:
         if loads[replica.url] <= bound:
@@ -190,7 +199,9 @@ def bounded_affinity(key: str, candidates: Sequence[Replica], load_bound: float)
 
 
 class _ProbeFailed(Exception):
-    pass
+    def __init__(self, message: str, *, timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.timed_out = timed_out
 
 
 class EndpointPicker:
@@ -281,6 +292,7 @@ class EndpointPicker:
             return
         now = self._clock()
         replica.state, replica.failures, replica.backoff_s = "ejected", 1, self._backoff_initial
+        replica.slow_scrapes = 0
         replica.ejected_at, replica.ejected_until = now, now + replica.backoff_s
         logger.warning("pool %s: replica %s ejected for %.1fs: %s", self.pool, replica.name, replica.backoff_s, reason)
 
@@ -349,11 +361,18 @@ class EndpointPicker:
             await self._probe(replica)
 
     async def _scrape(self, replica: Replica) -> None:
+        """A refused connection or an error status ejects at once; a late answer only after
+        `SLOW_SCRAPES_TO_EJECT` in a row (a busy replica answers late; a hung one never does)."""
         try:
             text = await self._get(replica.url + "/metrics")
         except _ProbeFailed as exc:
+            if exc.timed_out:
+                replica.slow_scrapes += 1
+                if replica.slow_scrapes < SLOW_SCRAPES_TO_EJECT:
+                    return
             self.report_failure(replica, f"/metrics: {exc}")
             return
+        replica.slow_scrapes = 0
         replica.metrics = parse_vllm_metrics(text, self._clock())
 
     async def _probe(self, replica: Replica) -> None:
@@ -377,8 +396,8 @@ class EndpointPicker:
         try:
             async with asyncio.timeout(self._timeout):
                 return await self._read(url)
-        except TimeoutError:
-            raise _ProbeFailed(f"no answer within {self._timeout}s") from None
+        except (TimeoutError, httpx.TimeoutException):
+            raise _ProbeFailed(f"no answer within {self._timeout}s", timed_out=True) from None
         except httpx.HTTPError as exc:
             raise _ProbeFailed(f"{type(exc).__name__}: {exc}") from None
 

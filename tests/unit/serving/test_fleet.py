@@ -5,7 +5,14 @@ import httpx
 import pytest
 
 from serving.errors import EngineUnavailable
-from serving.fleet import EndpointPicker, Replica, ReplicaMetrics, parse_vllm_metrics, rendezvous_weight
+from serving.fleet import (
+    SLOW_SCRAPES_TO_EJECT,
+    EndpointPicker,
+    Replica,
+    ReplicaMetrics,
+    parse_vllm_metrics,
+    rendezvous_weight,
+)
 
 MODEL = 'model_name="Qwen/Qwen2.5-0.5B-Instruct"'
 # vllm:cache_config_info as vLLM 0.32 writes it: every CacheConfig field a label, the gauge set to 1.
@@ -256,6 +263,10 @@ def test_failed_scrape_ejects_and_ejected_is_never_picked(mode, caplog):
         picker = fleet.picker(scrape_timeout_s=0.05, clock=Clock())
         dead = picker.replicas[1]
         fleet.mode[dead.url] = mode
+        if mode == "hang":  # late answers are forgiven twice: a busy replica is slow, not dead
+            for _ in range(SLOW_SCRAPES_TO_EJECT - 1):
+                await picker.scrape_once()
+                assert dead.state == "up"
         await picker.scrape_once()
         assert (dead.state, dead.failures, dead.backoff_s) == ("ejected", 1, 0.5)
         assert {picker.pick(f"key-{i}").url for i in range(50)} == {fleet.urls[0]}
@@ -389,3 +400,17 @@ def test_background_loop_ejects_a_dying_replica_and_survives_errors():
         assert len(fleet.calls) == calls  # the watchers are gone
 
     asyncio.run(run())
+
+
+def test_affinity_yields_when_its_replica_carries_more_than_the_slack_above_the_idlest():
+    """3 requests on the key's replica, 1 on the other: the bound alone (3.125) would keep stacking it; the
+    slack (one request above the idlest) sends the next one over."""
+    from serving.fleet import bounded_affinity
+
+    a, b = Replica.at("http://10.0.0.1:8000"), Replica.at("http://10.0.0.2:8000")
+    key = next(f"k{i}" for i in range(100) if rendezvous_weight(f"k{i}", a.url) > rendezvous_weight(f"k{i}", b.url))
+    a.in_flight, b.in_flight = 3, 1
+    assert bounded_affinity(key, [a, b], 1.25, slack=float("inf")) == (a, True)
+    assert bounded_affinity(key, [a, b], 1.25) == (b, False)
+    a.in_flight = 2
+    assert bounded_affinity(key, [a, b], 1.25) == (a, True)
