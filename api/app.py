@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,6 @@ from litestar.config.csrf import CSRFConfig
 from litestar.connection import ASGIConnection
 from litestar.di import Provide
 from litestar.handlers.base import BaseRouteHandler
-from litestar.middleware.session.client_side import CookieBackendConfig
 from litestar.plugins.htmx import HTMXPlugin
 from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.static_files import create_static_files_router
@@ -23,7 +22,7 @@ from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 from litestar.template.config import TemplateConfig
 
 from api.routes.admin import AdminController
-from api.routes.billing import PriceController, stripe_webhook
+from api.routes.billing import BillingAdminController, PriceController, stripe_webhook
 from api.routes.chat import create_chat_completion
 from api.routes.models import list_models, retrieve_model
 from api.routes.ops import health, metrics
@@ -37,7 +36,10 @@ from console.controllers import ConsoleController
 from console.errors import console_error
 from console.keys import KeysController
 from console.requests import RequestsController
+from console.security import TrustedProxies, security_headers
+from console.sessions import session_middleware
 from console.usage import UsageController
+from tenancy.console_sessions import ConsoleSessions
 from tenancy.directory import Principal
 
 logger = logging.getLogger(__name__)
@@ -63,12 +65,24 @@ class _StateSlot:
         return Provide(lambda: pick(self.get()), sync_to_thread=False)
 
 
-def create_app(settings: Settings, on_ready: Callable[[AppState], None] | None = None) -> Litestar:
+StateFactory = Callable[[Settings], AbstractAsyncContextManager[AppState]]
+
+
+def create_app(
+    settings: Settings,
+    on_ready: Callable[[AppState], None] | None = None,
+    *,
+    state_factory: StateFactory = build_state,
+) -> Litestar:
+    """The server. `state_factory` builds what the lifespan holds: engines and all by default; tests of the HTTP
+    surface alone pass a lighter one."""
     slot = _StateSlot()
+    proxies = TrustedProxies.parse(settings.trusted_proxies)
+    session_lifetime_s = settings.console_session_hours * 3600
 
     @asynccontextmanager
     async def lifespan(_: Litestar) -> AsyncIterator[None]:
-        async with build_state(settings) as state:
+        async with state_factory(settings) as state:
             slot.set(state)
             if on_ready is not None:
                 on_ready(state)
@@ -95,16 +109,11 @@ def create_app(settings: Settings, on_ready: Callable[[AppState], None] | None =
         ],
         dependencies={"principal": Provide(principal)},
     )
-    admin_api = Router(path="/", route_handlers=[AdminController, PriceController], guards=[admin_only])
-    secret = hashlib.sha256(b"tessera-console:" + console_secret(settings).encode()).digest()
-    sessions = CookieBackendConfig(
-        secret=secret[:16],
-        httponly=True,
-        samesite="lax",
-        secure=settings.console_secure_cookies,
-        key="tessera_session",
-        max_age=int(settings.console_session_hours * 3600),
+    admin_api = Router(
+        path="/", route_handlers=[AdminController, PriceController, BillingAdminController], guards=[admin_only]
     )
+    secret = hashlib.sha256(b"tessera-console:" + console_secret(settings).encode()).digest()
+    sessions = session_middleware(secret[:16], session_lifetime_s, secure=settings.console_secure_cookies)
     csrf = CSRFConfig(
         secret=secret.hex(),
         cookie_httponly=False,
@@ -132,7 +141,9 @@ def create_app(settings: Settings, on_ready: Callable[[AppState], None] | None =
             AdminConsoleController,
             create_static_files_router(path="/static", directories=[ROOT / "static"]),
         ],
-        middleware=[sessions.middleware],
+        middleware=[sessions],
+        # Secure cookies and HSTS follow the request's transport; pages get the content security policy.
+        before_send=[security_headers(proxies, always_secure_cookies=settings.console_secure_cookies)],
         csrf_config=csrf,
         compression_config=compression,
         template_config=TemplateConfig(directory=ROOT / "templates", engine=JinjaTemplateEngine),
@@ -149,6 +160,7 @@ def create_app(settings: Settings, on_ready: Callable[[AppState], None] | None =
             "auth": slot.provider(lambda s: s.auth),
             "limiter": slot.provider(lambda s: s.limiter),
             "cache": slot.provider(lambda s: s.cache),
+            "console_sessions": slot.provider(lambda s: ConsoleSessions(s.db, session_lifetime_s)),
             "signed_in": Provide(tenant_principal),
             "console_admin": Provide(admin_principal),
         },

@@ -93,6 +93,10 @@ def serve(settings: Settings) -> None:
         log_level=settings.log_level.lower(),
         lifespan="on",
         timeout_graceful_shutdown=10,
+        # Forwarding headers are believed from the configured proxies only; uvicorn's own default would trust
+        # any peer on 127.0.0.1.
+        proxy_headers=bool(settings.trusted_proxies),
+        forwarded_allow_ips=settings.trusted_proxies,
     )
 
 

@@ -114,6 +114,7 @@ async def complete(req: ChatCompletionRequest, completion: Completion) -> Respon
     async with completion:
         async for delta in completion:
             decoders[delta.index].feed(delta)
+    await completion.recorded()  # the response goes out once its usage is on record
     choices = []
     for choice, decoder in zip(completion.choices, decoders, strict=True):
         decoder.finish()

@@ -127,6 +127,7 @@ async def complete(req: ResponsesRequest, completion: Completion) -> Response[di
         async for delta in completion:
             if delta.index == 0:
                 decoder.feed(delta)
+    await completion.recorded()  # the response goes out once its usage is on record
     decoder.finish()
     status: ItemStatus = "incomplete" if completion.finish_reason == "length" else "completed"
     output: list[OutputItem] = []
@@ -172,6 +173,7 @@ async def _events(
     async for event in lease_events(completion, opening, first, lambda d: list(events.feed(d)), failed):
         yield event
     if not ended:
+        await completion.recorded()  # `response.completed` means the request's usage is on record
         for event in events.finish(completion):
             yield event
 

@@ -62,6 +62,14 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TESSERA_", env_nested_delimiter="__", extra="ignore")
 
     host: str = Field(default="127.0.0.1", description="Address to listen on.")
+    journal_heartbeat_s: float = Field(
+        default=10.0, gt=0, description="How often this gateway marks itself alive for the usage journal."
+    )
+    journal_stale_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="A gateway silent this long is dead: its running requests are settled as interrupted.",
+    )
     fleet_policy: Literal["picker", "round_robin"] = Field(
         default="picker",
         description="How a remote pool chooses a replica: live load plus media and prefix affinity, or round robin.",
@@ -101,7 +109,14 @@ class Settings(BaseSettings):
         default=12.0, gt=0, description="How long a console sign-in lasts before signing in again."
     )
     console_secure_cookies: bool = Field(
-        default=False, description="Mark console cookies Secure; turn on when the console is served over https."
+        default=False,
+        description="Always mark console cookies Secure. Off: they are Secure when the request came over https "
+        "(directly, or through a trusted proxy's X-Forwarded-Proto).",
+    )
+    trusted_proxies: list[str] = Field(
+        default_factory=list,
+        description="IPs or CIDRs of reverse proxies whose X-Forwarded-Proto and X-Forwarded-For are believed; "
+        "empty: no peer's forwarding headers are.",
     )
     stripe_api_key: str | None = Field(default=None, description="Stripe secret key; unset: meter events wait.")
     stripe_api_base: str | None = Field(default=None, description="Stripe API base URL (default Stripe's own).")

@@ -7,6 +7,7 @@ a failure half-way through start-up closes exactly what was already built.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import os
@@ -50,7 +51,7 @@ from tenancy.limits import InProcessLimiter, RateLimiter, RedisLimiter
 from tenancy.quotas import QuotaGate
 from tenancy.revocations import ChangeFeed
 from tenancy.store import open_database
-from tenancy.usage_log import UsageRecorder
+from tenancy.usage_log import UsageJournal
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +73,13 @@ class AppState:
     prices: PriceBook
     limiter: RateLimiter
     cache: EmbeddingCache | None = None
+
+
+async def _stopped(task: asyncio.Task[None]) -> None:
+    """Cancel a background task and wait for it, so nothing it uses is closed under it."""
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 def _private_file(path: Path, make: Callable[[], str]) -> str:
@@ -167,13 +175,18 @@ async def build_state(settings: Settings) -> AsyncIterator[AppState]:
         prices = PriceBook(db)
         tasks = BackgroundTasks()
         stack.push_async_callback(tasks.drain)  # usage writes finish before the database closes
-        bus = CompletionBus(tasks, [metrics.record_completion, UsageRecorder(db, prices)])
+        journal = UsageJournal(db, prices, heartbeat_s=settings.journal_heartbeat_s, stale_s=settings.journal_stale_s)
+        await journal.start()
+        stack.push_async_callback(journal.stop)
+        bus = CompletionBus(tasks, [metrics.record_completion], journal=journal)
         if settings.grounding and (grounding := GroundingService.create(db, tasks, registry=metrics.registry)):
             bus.subscribe(grounding)
             stack.callback(grounding.close)
         if settings.stripe_api_key:
-            worker = OutboxWorker(db, StripeMeters(settings.stripe_api_key, settings.stripe_api_base))
-            stack.callback(asyncio.get_running_loop().create_task(worker.run_forever()).cancel)
+            meters = StripeMeters(settings.stripe_api_key, settings.stripe_api_base)
+            stack.push_async_callback(meters.aclose)
+            worker = OutboxWorker(db, meters, registry=metrics.registry)
+            stack.push_async_callback(_stopped, asyncio.get_running_loop().create_task(worker.run_forever()))
         pipeline = Pipeline(
             pools,
             ingest,

@@ -157,12 +157,11 @@ async def _events(req: ChatCompletionRequest, completion: Completion, first: Eng
     def failed(err: ApiError) -> list[str]:
         nonlocal ended
         ended = True
-        return [_sse(err.body()), _sse("[DONE]")]
+        return [_sse(err.body())]
 
     async for event in lease_events(completion, chunks.opening(), first, chunks.events, failed):
         yield event
-    if ended:
-        return
-    if chunks.include_usage:
+    if not ended and chunks.include_usage:
         yield chunks.usage()
+    await completion.recorded()  # `[DONE]` means the request's usage is on record
     yield _sse("[DONE]")

@@ -18,7 +18,7 @@ from sqlalchemy import Engine
 from api.auth import Authenticator
 from api.settings import Settings
 from billing.prices import DIMENSIONS, PriceBook
-from console.auth import ADMIN_SESSION, admin_marker, remember
+from console.auth import ADMIN_SESSION, admin_marker, sign_in, sign_out
 from console.keys import EXPIRY_DAYS, key_options
 from console.pages import money, page
 from console.usage import csv_response, date_range, gauges, usage_csv, usage_view
@@ -26,6 +26,7 @@ from serving.cache import EmbeddingCache
 from serving.errors import InvalidRequest
 from serving.metrics import ServerMetrics
 from serving.pools import PoolRegistry
+from tenancy.console_sessions import ConsoleSessions
 from tenancy.directory import Directory, Principal, Tenant, TenantQuota
 from tenancy.limits import RateLimiter
 from tenancy.metering import month_by_tenant
@@ -181,17 +182,22 @@ class AdminConsoleController(Controller):
 
     @post("/signin")
     async def signin(
-        self, request: Request[Any, Any, Any], directory: Directory, auth: Authenticator, data: Form
+        self,
+        request: Request[Any, Any, Any],
+        directory: Directory,
+        auth: Authenticator,
+        console_sessions: ConsoleSessions,
+        data: Form,
     ) -> Any:
         marker = await asyncio.to_thread(admin_marker, auth, directory, str(data.get("api_key", "")).strip())
         if marker is None:
             return _signin(error="That is not an admin key.", status_code=401)
-        remember(request, ADMIN_SESSION, marker)
+        await sign_in(request, console_sessions, ADMIN_SESSION, marker)
         return Redirect("/console/admin/", status_code=303)
 
     @post("/signout")
-    async def signout(self, request: Request[Any, Any, Any]) -> Redirect:
-        remember(request, ADMIN_SESSION, None)
+    async def signout(self, request: Request[Any, Any, Any], console_sessions: ConsoleSessions) -> Redirect:
+        await sign_out(request, console_sessions, ADMIN_SESSION)
         return Redirect("/console/admin/signin", status_code=303)
 
     # -- overview -----------------------------------------------------------------------------------------

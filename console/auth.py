@@ -1,7 +1,9 @@
-"""Who is signed in to the console: a tenant (by one of its API keys) or an admin, kept in the signed session.
+"""Who is signed in to the console: a tenant (by one of its API keys) or an admin.
 
-The session cookie holds only a key id (tenant) or an admin marker; every request re-checks it against the
-directory, so revoking the key, suspending the tenant or rotating the admin key ends the session at once.
+The session cookie holds one sign-in id per kind; the server keeps what each id signed in and when
+(`tenancy.console_sessions`). Every request re-checks both: signing out, the sign-in's lifetime running out,
+revoking the key, suspending the tenant or rotating the admin key each end the session at once, on every
+gateway, however the cookie was copied.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ from litestar import Request
 from litestar.exceptions import NotAuthorizedException
 
 from api.auth import STATIC_ADMIN, Authenticator
+from tenancy.console_sessions import ConsoleSessions
 from tenancy.directory import Directory, Principal
 
-TENANT_SESSION = "key_id"
+TENANT_SESSION = "tenant"
 ADMIN_SESSION = "admin"
 ADMIN_SIGNIN = "/console/admin/signin"
 TENANT_SIGNIN = "/console/signin"
@@ -33,9 +36,10 @@ def _session(request: Request[Any, Any, Any]) -> dict[str, Any]:
     return request.session if isinstance(request.session, dict) else {}
 
 
-def remember(request: Request[Any, Any, Any], key: str, value: str | None) -> None:
-    """Set or drop one entry of the session, keeping the other (a browser may hold both sign-ins)."""
-    session = {k: v for k, v in _session(request).items() if k != key}
+def _remember(request: Request[Any, Any, Any], key: str, value: str | None) -> None:
+    """Set or drop one entry of the session, keeping the other (a browser may hold both sign-ins). Entries of
+    any other name, such as those of an older cookie format, are dropped."""
+    session = {k: v for k, v in _session(request).items() if k in (TENANT_SESSION, ADMIN_SESSION) and k != key}
     if value is not None:
         session[key] = value
     if session:
@@ -44,8 +48,33 @@ def remember(request: Request[Any, Any, Any], key: str, value: str | None) -> No
         request.clear_session()
 
 
-async def tenant_principal(request: Request[Any, Any, Any], directory: Directory) -> Principal:
-    key_id = _session(request).get(TENANT_SESSION)
+def _session_id(request: Request[Any, Any, Any], kind: str) -> str | None:
+    value = _session(request).get(kind)
+    return value if isinstance(value, str) and value else None
+
+
+async def sign_in(request: Request[Any, Any, Any], sessions: ConsoleSessions, kind: str, subject: str) -> None:
+    """Start a new sign-in of `kind` in this browser, ending the one it held before (never reusing an id)."""
+    if (previous := _session_id(request, kind)) is not None:
+        await asyncio.to_thread(sessions.close, previous)
+    _remember(request, kind, await asyncio.to_thread(sessions.open, kind, subject))
+
+
+async def sign_out(request: Request[Any, Any, Any], sessions: ConsoleSessions, kind: str) -> None:
+    if (session_id := _session_id(request, kind)) is not None:
+        await asyncio.to_thread(sessions.close, session_id)
+    _remember(request, kind, None)
+
+
+async def _subject(request: Request[Any, Any, Any], sessions: ConsoleSessions, kind: str) -> str | None:
+    session_id = _session_id(request, kind)
+    return await asyncio.to_thread(sessions.subject, kind, session_id) if session_id else None
+
+
+async def tenant_principal(
+    request: Request[Any, Any, Any], directory: Directory, console_sessions: ConsoleSessions
+) -> Principal:
+    key_id = await _subject(request, console_sessions, TENANT_SESSION)
     found = await asyncio.to_thread(directory.by_key_id, key_id) if key_id else None
     if found is None or found.tenant_id is None:
         raise SignInRequired(TENANT_SIGNIN)
@@ -60,8 +89,10 @@ def admin_marker(auth: Authenticator, directory: Directory, key: str) -> str | N
     return f"key:{found.key_id}" if found is not None and found.is_admin else None
 
 
-async def admin_principal(request: Request[Any, Any, Any], directory: Directory, auth: Authenticator) -> Principal:
-    marker = str(_session(request).get(ADMIN_SESSION) or "")
+async def admin_principal(
+    request: Request[Any, Any, Any], directory: Directory, auth: Authenticator, console_sessions: ConsoleSessions
+) -> Principal:
+    marker = await _subject(request, console_sessions, ADMIN_SESSION) or ""
     kind, _, value = marker.partition(":")
     if kind == "static" and value and value == auth.static_admin_fingerprint:
         return STATIC_ADMIN

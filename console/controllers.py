@@ -16,11 +16,12 @@ from litestar.response import Redirect, Template
 from api.chat import chat_completion
 from api.errors import error_response
 from api.settings import Settings
-from console.auth import TENANT_SESSION, remember
+from console.auth import TENANT_SESSION, sign_in, sign_out
 from console.pages import page
 from serving.errors import InvalidRequest
 from serving.pools import PoolRegistry
 from serving.service import InferenceService
+from tenancy.console_sessions import ConsoleSessions
 from tenancy.directory import Directory, Principal
 from tenancy.quotas import QuotaGate
 
@@ -47,17 +48,18 @@ class ConsoleController(Controller):
         self,
         request: Request[Any, Any, Any],
         directory: Directory,
+        console_sessions: ConsoleSessions,
         data: Annotated[dict[str, str], Body(media_type=RequestEncodingType.URL_ENCODED)],
     ) -> Any:
         principal = await asyncio.to_thread(directory.resolve, data.get("api_key", "").strip())
         if principal is None or principal.tenant_id is None:
             return page("console/signin.html.jinja2", area="signin", error="That key is not valid.", status_code=401)
-        remember(request, TENANT_SESSION, principal.key_id)
+        await sign_in(request, console_sessions, TENANT_SESSION, principal.key_id)
         return Redirect("/console/playground", status_code=303)
 
     @post("/signout")
-    async def signout(self, request: Request[Any, Any, Any]) -> Redirect:
-        remember(request, TENANT_SESSION, None)
+    async def signout(self, request: Request[Any, Any, Any], console_sessions: ConsoleSessions) -> Redirect:
+        await sign_out(request, console_sessions, TENANT_SESSION)
         return Redirect("/console/signin", status_code=303)
 
     @get("/playground", name="console:playground")

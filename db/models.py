@@ -67,7 +67,7 @@ class InferenceRequest(SQLModel, table=True):
     audio_tokens: int = 0
     cached_tokens: int = 0
     output_tokens: int = 0
-    status: str = Field(max_length=16)  # completed | cancelled | failed
+    status: str = Field(max_length=16)  # running | completed | cancelled | failed | interrupted
     ttft_ms: int | None = None
     total_latency_ms: int | None = None
     cached_image_tokens: int = 0
@@ -75,6 +75,20 @@ class InferenceRequest(SQLModel, table=True):
     cost_micros: int = 0
     grounding_score: float | None = None
     created_at: datetime = Field(default_factory=utcnow, index=True)
+    owner: str | None = Field(default=None, max_length=36, index=True)  # the gateway instance running it
+
+
+class GatewayInstance(SQLModel, table=True):
+    """A running gateway process, kept alive by its heartbeat; the usage rows it left `running` when its
+    heartbeat stopped are settled as interrupted by whichever gateway notices."""
+
+    __tablename__ = "gateway_instances"
+
+    id: str = Field(primary_key=True, max_length=36)
+    hostname: str = Field(max_length=255)
+    pid: int
+    started_at: datetime = Field(default_factory=utcnow)
+    heartbeat_at: datetime = Field(default_factory=utcnow, index=True)
 
 
 class MediaEmbeddingCacheEntry(SQLModel, table=True):
@@ -107,21 +121,30 @@ class ModelPrice(SQLModel, table=True):
 
 
 class BillingOutbox(SQLModel, table=True):
-    """Meter events waiting for Stripe, written in the same transaction as their usage row."""
+    """Meter events waiting for Stripe, written in the same transaction as their usage row.
+
+    A worker claims due rows for a lease (`claimed_by`, `claimed_until`); when the lease runs out unreleased (the
+    worker died), the rows are due again. Rows Stripe will never accept end as `dead`, with the reason."""
 
     __tablename__ = "billing_outbox"
+    __table_args__ = (Index("ix_billing_outbox_due", "status", "next_attempt_at"),)
 
     identifier: str = Field(primary_key=True, max_length=96)  # request id + dimension: Stripe dedupes on it
     request_id: str = Field(max_length=64, index=True)
     tenant_id: str = Field(max_length=36, index=True)
     dimension: str = Field(max_length=16)
     quantity: int
-    status: str = Field(default="pending", max_length=16, index=True)  # pending | sent
+    status: str = Field(default="pending", max_length=16)  # pending | sent | dead
     attempts: int = 0
     next_attempt_at: datetime = Field(default_factory=utcnow)
     last_error: str | None = None
     created_at: datetime = Field(default_factory=utcnow)
     sent_at: datetime | None = None
+    claimed_by: str | None = Field(default=None, max_length=64)  # the worker holding the lease
+    claimed_until: datetime | None = None
+    key_generation: int = 0  # part of the idempotency key; moves on after an answer Stripe may have saved (5xx)
+    dead_at: datetime | None = None
+    dead_reason: str | None = None
 
 
 class StripeCustomer(SQLModel, table=True):
@@ -140,3 +163,15 @@ class WebhookEvent(SQLModel, table=True):
     event_id: str = Field(primary_key=True, max_length=96)
     event_type: str = Field(max_length=96)
     received_at: datetime = Field(default_factory=utcnow)
+
+
+class ConsoleSession(SQLModel, table=True):
+    """One console sign-in. The session cookie names it by a random id, of which only a hash is kept; signing out
+    deletes the row, so a copied cookie stops working everywhere at once."""
+
+    __tablename__ = "console_sessions"
+
+    id_hash: str = Field(primary_key=True, max_length=64)  # sha256 of the id in the cookie
+    kind: str = Field(max_length=8)  # tenant | admin
+    subject: str = Field(max_length=128)  # the tenant key's id, or the admin marker (see console.auth)
+    issued_at: datetime = Field(default_factory=utcnow, index=True)

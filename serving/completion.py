@@ -97,6 +97,7 @@ class Completion:
         self._last_token_at: float | None = None
         self._status: str | None = None
         self._closed = False
+        self._recorded: asyncio.Future[None] | None = None
 
     # -- identity ------------------------------------------------------------------------------------------
 
@@ -191,7 +192,19 @@ class Completion:
         try:
             self._releases.close()
         finally:
-            self._bus.publish(record)
+            self._recorded = self._bus.publish(record)
+
+    async def recorded(self, timeout_s: float = 30.0) -> bool:
+        """Wait until the request's usage is durably recorded (the journal closed its entry), at most
+        `timeout_s`; the API awaits this before it tells the client the request is done. False on timeout:
+        the journal keeps trying, and the answer is not held back any longer."""
+        if self._recorded is None:
+            return True
+        try:
+            await asyncio.wait_for(asyncio.shield(self._recorded), timeout_s)
+            return True
+        except TimeoutError:
+            return False
 
     def _observe(self, delta: EngineDelta) -> None:
         now = time.monotonic()

@@ -86,13 +86,20 @@ class Pipeline:
     @staticmethod
     def estimate(prompt: RenderedPrompt, probed: list[ProbedMedia], pool: ModelPool | None = None) -> int:
         """Fused prompt tokens from the template and the media headers, before any media is decoded."""
-        tokens = prompt.template_tokens - len(probed)
+        return sum(Pipeline.estimate_parts(prompt, probed, pool).values())
+
+    @staticmethod
+    def estimate_parts(
+        prompt: RenderedPrompt, probed: list[ProbedMedia], pool: ModelPool | None = None
+    ) -> dict[str, int]:
+        """The estimate by modality: text (the template, less one placeholder per medium), image, audio."""
+        parts = {"text": prompt.template_tokens - len(probed), "image": 0, "audio": 0}
         for p in probed:
             if p.item.kind == "image":
-                tokens += pool.geometry.tokens_for(p.width, p.height) if pool and pool.geometry else 0
+                parts["image"] += pool.geometry.tokens_for(p.width, p.height) if pool and pool.geometry else 0
             else:
-                tokens += audio_tokens_for(p.seconds)
-        return tokens
+                parts["audio"] += audio_tokens_for(p.seconds)
+        return parts
 
     def cache_salt(self, caller_salt: str | None, media_hashes: set[str], plan: MessagePlan) -> str | None:
         """Requests whose media are all pinned share one salt, so their prefix is cached once for everyone; but

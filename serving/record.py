@@ -4,15 +4,21 @@ The lease publishes exactly one record per such request, whatever its end (compl
 Subscribers (metrics, metering, grounding) receive it in the order they were registered. A subscriber that
 returns an awaitable is awaited before the next one runs, in the background, so metering's usage row is
 written before grounding scores it; a failing subscriber is logged and never stops the others.
+
+Metering is a journal (`Journal`): it opens an entry before the engine sees the request and closes it with
+the record, so a request cut short by a crash still leaves an entry to settle. `publish` returns a future
+that resolves once the journal has closed the entry, which the API awaits before it tells the client the
+request is done.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from serving.background import BackgroundTasks
 from serving.policy import CallerIdentity
@@ -58,22 +64,71 @@ class CompletionRecord:
 Subscriber = Callable[[CompletionRecord], Awaitable[None] | None]
 
 
+@dataclass(frozen=True)
+class OpenedRequest:
+    """A request about to reach an engine, with the prompt tokens known before it does (from the rendered
+    template and the media headers): what a crash would leave to bill."""
+
+    request_id: str
+    model: str
+    modalities: frozenset[str]
+    caller: CallerIdentity
+    text_tokens: int
+    image_tokens: int
+    audio_tokens: int
+
+
+class Journal(Protocol):
+    async def open(self, opened: OpenedRequest) -> None:
+        """Durably note the request before the engine sees it; raising refuses the request."""
+        ...
+
+    async def close(self, record: CompletionRecord) -> None:
+        """Durably settle the request's entry with its record (retrying as it sees fit)."""
+        ...
+
+
 class CompletionBus:
-    def __init__(self, tasks: BackgroundTasks, subscribers: Sequence[Subscriber] = ()) -> None:
+    def __init__(
+        self,
+        tasks: BackgroundTasks,
+        subscribers: Sequence[Subscriber] = (),
+        journal: Journal | None = None,
+        after: Sequence[Subscriber] = (),
+    ) -> None:
+        """Each record goes to `subscribers`, then `journal.close`, then `after` (and whoever `subscribe`s)."""
         self._tasks = tasks
         self._subscribers = list(subscribers)
+        self._journal = journal
+        self._after = list(after)
 
     def subscribe(self, subscriber: Subscriber) -> None:
-        self._subscribers.append(subscriber)
+        self._after.append(subscriber)
 
-    def publish(self, record: CompletionRecord) -> None:
+    async def open(self, opened: OpenedRequest) -> None:
+        if self._journal is not None:
+            await self._journal.open(opened)
+
+    def publish(self, record: CompletionRecord) -> asyncio.Future[None] | None:
         """Runs synchronous subscribers now; from the first one that returns an awaitable on, the rest run in
-        a background task that survives the request's cancellation."""
-        for i, subscriber in enumerate(self._subscribers):
+        a background task that survives the request's cancellation. Returns a future that resolves once the
+        journal has closed the record's entry (None without a journal)."""
+        chain: list[Subscriber] = [*self._subscribers]
+        journal_at = None
+        if self._journal is not None:
+            journal_at = len(chain)
+            chain.append(self._journal.close)
+        chain += self._after
+        for i, subscriber in enumerate(chain):
             pending = self._call(subscriber, record)
-            if pending is not None:
-                self._tasks.spawn(self._continue(record, pending, self._subscribers[i + 1 :]))
-                return
+            if pending is None:
+                continue
+            durable, durable_at = None, None
+            if journal_at is not None and i <= journal_at:
+                durable, durable_at = asyncio.get_running_loop().create_future(), journal_at - i
+            self._tasks.spawn(self._continue(record, pending, chain[i + 1 :], durable, durable_at))
+            return durable
+        return None
 
     @staticmethod
     def _call(subscriber: Subscriber, record: CompletionRecord) -> Awaitable[None] | None:
@@ -84,17 +139,29 @@ class CompletionBus:
             return None
         return result if inspect.isawaitable(result) else None
 
-    async def _continue(self, record: CompletionRecord, pending: Awaitable[None], rest: Sequence[Subscriber]) -> None:
-        for subscriber in rest:
-            try:
-                await pending
-            except Exception:
-                logger.exception("completion subscriber failed on %s", record.request_id)
-            pending = self._call(subscriber, record) or _done()
+    async def _continue(
+        self,
+        record: CompletionRecord,
+        pending: Awaitable[None],
+        rest: Sequence[Subscriber],
+        durable: asyncio.Future[None] | None = None,
+        durable_at: int | None = None,
+    ) -> None:
+        """Awaits `pending`, then each of `rest` in turn; `durable` resolves once the subscriber at position
+        `durable_at` (counting `pending` as 0) has finished, failed or not."""
         try:
-            await pending
-        except Exception:
-            logger.exception("completion subscriber failed on %s", record.request_id)
+            for position, subscriber in enumerate([*rest, None]):
+                try:
+                    await pending
+                except Exception:
+                    logger.exception("completion subscriber failed on %s", record.request_id)
+                if durable is not None and position == durable_at and not durable.done():
+                    durable.set_result(None)
+                if subscriber is not None:
+                    pending = self._call(subscriber, record) or _done()
+        finally:
+            if durable is not None and not durable.done():
+                durable.set_result(None)
 
 
 async def _done() -> None:

@@ -27,7 +27,7 @@ from serving.metrics import ServerMetrics
 from serving.pipeline import Pipeline, RenderedPrompt, require_healthy
 from serving.policy import CallerPolicy
 from serving.pools import ModelPool
-from serving.record import CompletionBus
+from serving.record import CompletionBus, OpenedRequest
 from serving.tools import AUTO, ToolPlan
 
 
@@ -132,6 +132,18 @@ class InferenceService:
             prompt_token_ids=prompt.token_ids,
             affinity=affinity_key(encoded, cache_salt, encoded.plan.system_text()),
             **engine_media(encoded, pool),
+        )
+        parts = pipeline.estimate_parts(prompt, probed, pool)
+        await self._bus.open(
+            OpenedRequest(
+                request_id=request_id,
+                model=pool.name,
+                modalities=frozenset(encoded.plan.modalities),
+                caller=caller.identity,
+                text_tokens=parts["text"],
+                image_tokens=parts["image"],
+                audio_tokens=parts["audio"],
+            )
         )
         submission = Submission(
             request_id=request_id,

@@ -24,6 +24,7 @@
 (function () {
   const TARGET_RATE = 16000;
   const MAX_SECONDS = 30;
+  const WORKLET_URL = "/static/recorder-worklet.js"; // the capture processor (see connectCapture)
 
   // Downsampling averages each output sample's span of input (a box filter, which keeps most aliasing
   // out of speech); upsampling interpolates linearly.
@@ -105,38 +106,6 @@
     return;
   }
 
-  // Mixes its input down to mono and posts it in batches; on "flush" posts what is left and a final message.
-  const WORKLET_SOURCE = `
-    class TesseraRecorder extends AudioWorkletProcessor {
-      constructor() {
-        super();
-        this.buffer = new Float32Array(4096);
-        this.used = 0;
-        this.port.onmessage = () => {
-          this.port.postMessage({ samples: this.buffer.slice(0, this.used), done: true });
-          this.used = 0;
-        };
-      }
-      process(inputs) {
-        const channels = inputs[0];
-        if (!channels || channels.length === 0) return true;
-        const frames = channels[0].length;
-        for (let i = 0; i < frames; i++) {
-          let sum = 0;
-          for (let c = 0; c < channels.length; c++) sum += channels[c][i];
-          this.buffer[this.used++] = sum / channels.length;
-          if (this.used === this.buffer.length) {
-            this.port.postMessage({ samples: this.buffer, done: false });
-            this.buffer = new Float32Array(4096);
-            this.used = 0;
-          }
-        }
-        return true;
-      }
-    }
-    registerProcessor("tessera-recorder", TesseraRecorder);
-  `;
-
   let session = null;     // the recording in progress
   let busy = false;       // starting or stopping
   let previewUrl = null;
@@ -166,9 +135,8 @@
     sink.gain.value = 0; // keep the graph pulled without playing the microphone back
     sink.connect(context.destination);
     if (context.audioWorklet && window.AudioWorkletNode) {
-      const url = URL.createObjectURL(new Blob([WORKLET_SOURCE], { type: "text/javascript" }));
       try {
-        await context.audioWorklet.addModule(url);
+        await context.audioWorklet.addModule(WORKLET_URL);
         const node = new AudioWorkletNode(context, "tessera-recorder", { numberOfInputs: 1, numberOfOutputs: 1, outputChannelCount: [1] });
         let finish = null;
         node.port.onmessage = (event) => {
@@ -191,9 +159,7 @@
           },
         };
       } catch (error) {
-        // A content security policy without blob: or an old browser: fall back below.
-      } finally {
-        URL.revokeObjectURL(url);
+        // The worklet could not load (an old browser, or the file is unreachable): fall back below.
       }
     }
     const processor = context.createScriptProcessor(4096, Math.max(1, Math.min(2, source.channelCount || 1)), 1);

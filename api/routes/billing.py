@@ -1,15 +1,18 @@
-"""Prices (admin) and the Stripe webhook endpoint."""
+"""Prices and billing dead letters (admin), and the Stripe webhook endpoint."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from dataclasses import asdict
+from typing import Annotated, Any
 
 from litestar import Controller, Request, get, post, put
+from litestar.params import Parameter
 from pydantic import BaseModel, Field
 from sqlalchemy import Engine
 
 from api.settings import Settings
+from billing import outbox
 from billing.prices import DIMENSIONS, PriceBook
 from billing.webhooks import receive
 from serving.errors import InvalidRequest
@@ -34,6 +37,18 @@ class PriceController(Controller):
             raise InvalidRequest(f"dimension must be one of {', '.join(DIMENSIONS)}", param="dimension")
         await asyncio.to_thread(prices.set, model, dimension, data.micros_per_million)
         return {"model": model, "dimension": dimension, "micros_per_million": data.micros_per_million}
+
+
+class BillingAdminController(Controller):
+    path = "/admin/billing"
+
+    @get("/dead-letters")
+    async def dead_letters(self, db: Engine, limit: Annotated[int, Parameter(ge=1, le=1000)] = 100) -> dict[str, Any]:
+        """Meter events Stripe will never accept, newest first, with why; and the outbox's rows per status."""
+        letters, counts = await asyncio.gather(
+            asyncio.to_thread(outbox.dead_letters, db, limit), asyncio.to_thread(outbox.counts, db)
+        )
+        return {"object": "list", "counts": counts, "data": [asdict(d) for d in letters]}
 
 
 @post("/v1/billing/webhooks/stripe", status_code=200)

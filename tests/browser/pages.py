@@ -3,6 +3,7 @@ page at desktop and mobile width, each checked for sideways scrolling and access
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import httpx
@@ -11,6 +12,23 @@ from tests.conftest import ADMIN_KEY, REPO
 
 ARTIFACTS = REPO / "artifacts" / "screenshots"
 WIDTHS = {"desktop": 1280, "mobile": 390}
+
+
+def wait_until(page, expression: str, timeout: float = 30_000) -> None:
+    """Waits for a JavaScript expression to hold. Playwright's `wait_for_function` evaluates its expression with
+    eval inside the page, which the console's content security policy refuses; `evaluate` is not subject to it."""
+    from playwright.sync_api import Error
+
+    deadline = time.monotonic() + timeout / 1000
+    while True:
+        try:
+            if page.evaluate(expression):
+                return
+        except Error as exc:  # the page navigated while the expression ran: look again on the new one
+            if "context was destroyed" not in str(exc):
+                raise
+        assert time.monotonic() < deadline, f"still false after {timeout / 1000:.0f} s: {expression}"
+        time.sleep(0.1)
 
 
 def new_tenant(server, prefix: str = "console") -> tuple[str, str]:
@@ -75,7 +93,7 @@ def cold_playground(browser, server, tenant_key) -> dict:
     assert signed.status == 303
     page = context.new_page()
     page.goto(server.base_url + "/console/playground", wait_until="load")
-    page.wait_for_function("performance.getEntriesByName('tessera:interactive').length > 0")
+    wait_until(page, "performance.getEntriesByName('tessera:interactive').length > 0")
     figures = page.evaluate(
         """() => {
         const nav = performance.getEntriesByType('navigation')[0];

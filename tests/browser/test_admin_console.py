@@ -12,6 +12,7 @@ from tests import openai_wire
 from tests.browser.pages import (
     admin_sign_in,
     shoot,
+    wait_until,
 )
 from tests.conftest import ADMIN_KEY, API_KEY
 
@@ -27,7 +28,7 @@ def test_admin_console_lowers_a_tenants_tpm_and_the_api_refuses(server, browser,
 
     # The overview polls: a request made now shows up in the rate and the pool's TTFT within seconds.
     client.chat.completions.create(model="small", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
-    page.wait_for_function("Number(document.getElementById('live-rps').innerText) > 0", timeout=15_000)
+    wait_until(page, "Number(document.getElementById('live-rps').innerText) > 0", timeout=15_000)
     small = page.locator("#live-pools tr[data-pool='small']")
     assert "ms" in small.locator("td").nth(2).inner_text()
     assert page.locator("#live-cache").inner_text()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import csv
 import io
 import json
@@ -20,6 +21,7 @@ from tests.browser.pages import (
     new_tenant,
     shoot,
     sign_in,
+    wait_until,
 )
 from tests.conftest import ADMIN_KEY
 from tests.shapes import CITY
@@ -48,14 +50,17 @@ def test_sign_in_and_playground_with_an_image(server, browser, tenant_key, tmp_p
     page.get_by_label("Images").set_input_files(str(image))
     assert page.locator("#previews img").count() == 1
     # Dropping a second image adds it; dropping a text file is refused with a message.
+    # The dropped image is built from its bytes in the page: fetching the preview's blob: URL back is a
+    # connection the console's content security policy (connect-src 'self') rightly refuses.
     page.evaluate(
-        """async () => {
-        const png = await (await fetch(document.querySelector('#previews img').src)).blob();
+        """async (png64) => {
+        const png = Uint8Array.from(atob(png64), (c) => c.charCodeAt(0));
         const dt = new DataTransfer();
         dt.items.add(new File([png], 'dropped.png', {type: 'image/png'}));
         dt.items.add(new File(['notes'], 'notes.txt', {type: 'text/plain'}));
         document.getElementById('dropzone').dispatchEvent(new DragEvent('drop', {dataTransfer: dt, bubbles: true}));
-    }"""
+    }""",
+        base64.b64encode(image.read_bytes()).decode(),
     )
     assert page.locator("#previews img").count() == 2
     assert "1 file(s) ignored" in page.locator("#drop-status").inner_text()
@@ -69,7 +74,8 @@ def test_sign_in_and_playground_with_an_image(server, browser, tenant_key, tmp_p
     assert "client.chat.completions.create" in page.locator("#code").inner_text()
     assert '{"role":"system","content":"Answer briefly."}' in page.locator("#code").inner_text()
     request_id = page.locator("dd[data-field='request id']").inner_text().strip()
-    page.wait_for_function(
+    wait_until(
+        page,
         "(document.querySelector(\"#summary dd[data-field='cost']\") || {innerText: ''}).innerText.startsWith('$')",
         timeout=20_000,
     )
@@ -88,6 +94,9 @@ def test_sign_in_and_playground_with_an_image(server, browser, tenant_key, tmp_p
     assert page.locator("#usage-models tbody tr").count() == 1
     assert page.locator("[data-gauge='tpm'] meter").count() == 1
     shoot(page, "usage")
+    # Using the console does not extend the sign-in: the cookie still expires when it did at sign-in.
+    session = next(c for c in page.context.cookies() if c["name"] == "tessera_session")
+    assert session["expires"] == cookies["tessera_session"]["expires"]
     with page.expect_download() as download:
         page.get_by_role("link", name="Export CSV").click()
     rows = list(csv.DictReader(io.StringIO(Path(download.value.path()).read_text())))
@@ -99,10 +108,10 @@ def test_sign_in_and_playground_with_an_image(server, browser, tenant_key, tmp_p
     assert page.locator("#requests tbody tr").count() == 1
     page.get_by_label("Modalities").select_option("text")
     page.get_by_role("button", name="Filter").click()
-    page.wait_for_function("document.getElementById('requests-total').innerText.startsWith('0 ')")
+    wait_until(page, "document.getElementById('requests-total').innerText.startsWith('0 ')")
     page.get_by_label("Modalities").select_option("text+image")
     page.get_by_role("button", name="Filter").click()
-    page.wait_for_function("document.getElementById('requests-total').innerText.startsWith('1 ')")
+    wait_until(page, "document.getElementById('requests-total').innerText.startsWith('1 ')")
     assert "mix=text%2Bimage" in page.url  # HTMX pushed the filtered URL: reloading keeps the filter
     shoot(page, "requests")
     page.get_by_role("link", name=request_id[-12:]).click()
@@ -136,7 +145,7 @@ def test_keys_page_issues_once_restricts_and_revokes(server, browser, tenant_key
     body = {"model": "large", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
     assert openai_wire.post(server.v1 + "/chat/completions", headers=auth, json=body).status_code == 403
     row.get_by_role("button", name=f"Revoke {new_key[:15]}").click()
-    page.wait_for_function("document.querySelector('main').innerText.includes('revoked')")
+    wait_until(page, "document.querySelector('main').innerText.includes('revoked')")
     assert "revoked" in page.locator("tr", has_text="ci-bot").inner_text()
     assert httpx.get(server.v1 + "/models", headers=auth).status_code == 401
     page.get_by_role("button", name="Sign out").click()
@@ -197,7 +206,7 @@ def test_recorded_audio_streams_through_the_playground(server, browser, tenant_k
     page = browser.new_page()
     sign_in(page, server, tenant_key)
     page.get_by_role("button", name="Record", exact=True).click()
-    page.wait_for_function("document.getElementById('record').getAttribute('aria-pressed') === 'true'")
+    wait_until(page, "document.getElementById('record').getAttribute('aria-pressed') === 'true'")
     time.sleep(1.5)
     page.get_by_role("button", name="Stop", exact=True).click()
     page.wait_for_selector("#audio-preview audio")
@@ -214,7 +223,8 @@ def test_recorded_audio_streams_through_the_playground(server, browser, tenant_k
     assert int(page.locator("dd[data-field='audio tokens']").inner_text().split()[0]) > 0
     # The grounding score arrives after the answer; the synthetic microphone plays a tone, not speech, so the
     # answer has nothing in the audio to rest on.
-    page.wait_for_function(
+    wait_until(
+        page,
         "/^[0-9.]+$/.test((document.querySelector(\"#summary dd[data-field='grounding']\") || {innerText: ''})"
         ".innerText)",
         timeout=30_000,
@@ -312,8 +322,10 @@ def test_playground_refusals_of_the_schema_and_tools_are_toasts(server, browser,
     page.get_by_label("Tools", exact=True).fill(json.dumps(WEATHER))
     page.get_by_label("Tool choice").select_option("auto")
     page.get_by_role("button", name="Run").click()
-    page.wait_for_function(
-        "document.querySelector('#toast .toast-message').innerText.includes('tool-call parser')", timeout=30_000
+    wait_until(
+        page,
+        "(document.querySelector('#toast .toast-message') || {innerText: ''}).innerText.includes('tool-call parser')",
+        timeout=30_000,
     )
     assert page.locator("#breakdown dd").count() == 0
     page.close()

@@ -1,5 +1,6 @@
 """Billing against a local Stripe-compatible server, driven by the real stripe SDK, on SQLite and PostgreSQL."""
 
+import asyncio
 import json
 import time
 import uuid
@@ -17,6 +18,8 @@ from db.models import BillingOutbox, InferenceRequest, Tenant
 from db.usage import record_usage
 from tests.dbs import migrated
 from tests.fake_stripe import FakeStripe
+
+pytestmark = pytest.mark.filterwarnings("ignore:Use 'content=<...>':DeprecationWarning")  # the SDK's httpx use
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -77,13 +80,19 @@ def test_cost_is_prices_times_tokens_per_modality(db):
     assert prices.cost_micros(row) == 150_000 + 1_500_000 + 15_000  # text + fresh image + cached media
 
 
+async def _drain(worker, now=None):
+    """Passes until one claims nothing; `now` (a callable) moves the clock past every backoff between passes."""
+    while (await worker.run_once(now=now() if now else None)).claimed:
+        pass
+
+
 def test_events_total_equals_usage_total(db):
     prices = PriceBook(db)
     rows = _usage(db, prices)
     with FakeStripe() as fake:
-        worker = OutboxWorker(db, StripeMeters("sk_test_tessera", fake.url))
-        while worker.run_once():
-            pass
+        meters = StripeMeters("sk_test_tessera", fake.url)
+        worker = OutboxWorker(db, meters)
+        asyncio.run(_drain(worker))
         assert worker.pending() == 0
         assert fake.totals() == _db_totals(rows)
         assert len(fake.meters) == len(DIMENSIONS)
@@ -96,18 +105,24 @@ def test_crash_between_send_and_mark_sent_does_not_double_count(db):
     with FakeStripe() as fake:
         worker = OutboxWorker(db, StripeMeters("sk_test_tessera", fake.url))
 
-        def crash(_row):
-            raise SystemExit("the process died after Stripe accepted the event")
+        def crash(_rows):
+            raise SystemExit("the process died after Stripe accepted the events")
 
         worker.after_send = crash
         with pytest.raises(SystemExit):
-            worker.run_once()
-        assert len(fake.events) == 1  # sent, but never marked
+            asyncio.run(worker.run_once())
+        accepted = len(fake.events)
+        assert accepted == sum(1 for r in rows for n in quantities(r).values() if n)  # all sent, none marked
         restarted = OutboxWorker(db, StripeMeters("sk_test_tessera", fake.url))
-        while restarted.run_once():
-            pass
+        # The dead worker's lease keeps its rows from everyone until it runs out...
+        assert asyncio.run(restarted.run_once()).claimed == 0
+        # ...and then they are resent under the same identifiers and idempotency keys: counted once.
+        after_lease = datetime.now(UTC) + timedelta(minutes=3)
+        asyncio.run(_drain(restarted, now=lambda: after_lease))
         assert restarted.pending() == 0
         assert fake.totals() == _db_totals(rows)
+        assert fake.replays == accepted  # each resend was answered from Stripe's idempotency store
+        assert all(n == 1 for n in fake.executions.values())
 
 
 def test_stripe_outage_delays_billing_but_loses_nothing(db):
@@ -116,14 +131,14 @@ def test_stripe_outage_delays_billing_but_loses_nothing(db):
     with FakeStripe() as fake:
         worker = OutboxWorker(db, StripeMeters("sk_test_tessera", fake.url))
         fake.failing = True
-        assert worker.run_once() == 0
+        first = asyncio.run(worker.run_once())
+        assert (first.claimed, first.sent, first.retried) == (worker.pending(), 0, worker.pending())
         with Session(db) as s:
             pending = list(s.exec(select(BillingOutbox)))
-        assert all(r.status == "pending" for r in pending)
+        assert all(r.status == "pending" and r.attempts == 1 and r.claimed_by is None for r in pending)
         fake.failing = False
         later = datetime.now(UTC) + timedelta(minutes=10)  # past every backoff
-        while worker.run_once(now=later):
-            pass
+        asyncio.run(_drain(worker, now=lambda: later))
         assert worker.pending() == 0
         assert fake.totals() == _db_totals(rows)
 

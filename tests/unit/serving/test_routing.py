@@ -65,11 +65,13 @@ def test_images_return_in_client_order_whatever_finishes_first():
 
     import torch
 
+    from serving.cache import CacheScope
+
     random.seed(3)
     images = [media.image(i, (32, 32)) for i in range(6)]
     loaded = [LoadedImage(img, f"{i:064d}") for i, img in enumerate(images)]
     pool = ModelPool("p", None, vision=ShuffledVision())  # type: ignore[arg-type]
     encoder = MediaEncoder(None, None)  # type: ignore[arg-type]
-    embeds, cached = asyncio.run(encoder._encode_images(pool, loaded))
+    embeds, cached = asyncio.run(encoder._encode_images(pool, loaded, CacheScope()))
     assert [float(e.embeds[0, 0]) for e in embeds] == [float(img.getpixel((0, 0))[0]) for img in images]
     assert cached == 0
