@@ -119,6 +119,15 @@ def _parts(kind: str, seed: int) -> list[dict[str, Any]]:
     return parts
 
 
+def _describe_image(url: str, *, max_tokens: int, system: str | None = None, **extra: Any) -> dict[str, Any]:
+    user = {
+        "role": "user",
+        "content": [{"type": "text", "text": "Describe."}, {"type": "image_url", "image_url": {"url": url}}],
+    }
+    messages = [{"role": "system", "content": system}, user] if system else [user]
+    return {"model": "small", "messages": messages, "max_tokens": max_tokens, **extra}
+
+
 def _usage_fields(usage: Any) -> dict[str, int]:
     details = usage.prompt_tokens_details
     return {
@@ -213,19 +222,7 @@ def test_repeated_media_follow_their_replica(gateway):
             resp = openai_wire.post(
                 gateway.v1 + "/chat/completions",
                 headers={"authorization": f"Bearer {API_KEY}"},
-                json={
-                    "model": "small",
-                    "messages": [
-                        {
-                            "role": "user",
-                            "content": [
-                                {"type": "text", "text": "Describe."},
-                                {"type": "image_url", "image_url": {"url": url}},
-                            ],
-                        }
-                    ],
-                    "max_tokens": 2,
-                },
+                json=_describe_image(url, max_tokens=2),
                 timeout=60,
             )
             assert resp.status_code == 200, resp.text
@@ -244,17 +241,7 @@ def test_repeated_media_follow_their_replica(gateway):
 def test_a_hot_medium_spills_within_the_load_bound(gateway):
     """Eight concurrent requests for one image: its replica takes its bounded share, the other the rest."""
     url = png_data_url(999)
-    body = {
-        "model": "small",
-        "messages": [
-            {
-                "role": "user",
-                "content": [{"type": "text", "text": "Describe."}, {"type": "image_url", "image_url": {"url": url}}],
-            }
-        ],
-        "max_tokens": 24,
-        "ignore_eos": True,
-    }
+    body = _describe_image(url, max_tokens=24, ignore_eos=True)
     headers = {"authorization": f"Bearer {API_KEY}"}
     before = _picks(gateway)
     with ThreadPoolExecutor(8) as pool:
@@ -294,20 +281,11 @@ def _tenant_key(server: LiveServer, **quota: int) -> str:
 def test_cache_salt_keeps_tenants_apart_on_a_replica(gateway):
     """The same image and prompt from two tenants lands on one replica (media affinity), and only its own
     tenant's repeat reads the replica's prefix cache."""
-    body = {
-        "model": "small",
-        "messages": [
-            {"role": "system", "content": "You describe pictures for a museum catalogue, in one short line. " * 8},
-            {
-                "role": "user",
-                "content": [
-                    {"type": "text", "text": "Describe."},
-                    {"type": "image_url", "image_url": {"url": png_data_url(31337)}},
-                ],
-            },
-        ],
-        "max_tokens": 2,
-    }
+    body = _describe_image(
+        png_data_url(31337),
+        max_tokens=2,
+        system="You describe pictures for a museum catalogue, in one short line. " * 8,
+    )
 
     def cached(key: str) -> tuple[int, dict[str, int]]:
         before = _picks(gateway)
@@ -329,16 +307,7 @@ def test_cache_salt_keeps_tenants_apart_on_a_replica(gateway):
 
 def test_two_gateways_share_the_embedding_cache(gateway, gateway_b):
     url = png_data_url(4242)
-    body = {
-        "model": "small",
-        "messages": [
-            {
-                "role": "user",
-                "content": [{"type": "text", "text": "Describe."}, {"type": "image_url", "image_url": {"url": url}}],
-            }
-        ],
-        "max_tokens": 2,
-    }
+    body = _describe_image(url, max_tokens=2)
     headers = {"authorization": f"Bearer {API_KEY}"}
     a = openai_wire.post(gateway.v1 + "/chat/completions", json=body, headers=headers, timeout=60).json()["usage"]
     b = openai_wire.post(gateway_b.v1 + "/chat/completions", json=body, headers=headers, timeout=60).json()["usage"]
