@@ -39,7 +39,7 @@ bench-smoke: setup
 	$(VENV)/bin/tessera bench structured --smoke --json artifacts/bench-smoke/structured.json
 	$(VENV)/bin/tessera bench fleet --smoke --json artifacts/bench-smoke/fleet.json
 
-# The full benches (about 3, 2 and 1 minutes on 2 cores).
+# The full benches (about 3, 2, 1, 1 and 6 minutes on 2 cores; fleet starts two vLLM replicas of its own).
 bench: setup
 	$(VENV)/bin/tessera bench pipeline --json artifacts/bench_pipeline.json
 	$(VENV)/bin/tessera bench latency --json artifacts/bench_latency.json
