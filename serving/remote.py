@@ -64,6 +64,13 @@ class RemoteSettings:
     startup_wait_s: float = 600.0  # how long start-up waits for a first replica to answer
 
 
+def _engine_gone(message: str) -> bool:
+    """Whether a replica's error says its engine is gone, rather than that this request failed: only then is
+    the replica ejected and the request tried elsewhere, so one bad request cannot eject a whole pool."""
+    lowered = message.lower()
+    return any(sign in lowered for sign in ("enginecore", "enginedead", "engine dead", "not running", "shutting down"))
+
+
 class _ReplicaFailed(Exception):
     """The replica failed before the request's first delta: another replica may take it."""
 
@@ -389,7 +396,10 @@ class RemoteEngine:
         try:
             async with self._client.stream("POST", replica.url + GENERATE_PATH, json=body) as resp:
                 if resp.status_code >= 500:
-                    raise _ReplicaFailed(f"HTTP {resp.status_code}: {_error_message(await resp.aread())}")
+                    message = f"HTTP {resp.status_code}: {_error_message(await resp.aread())}"
+                    if resp.status_code in (502, 503, 504) or _engine_gone(message):
+                        raise _ReplicaFailed(message)
+                    raise InternalFailure(f"the engine of model '{self.name}' failed: {message}", code="engine_error")
                 if resp.status_code >= 400:
                     raise invalid_request(_error_message(await resp.aread()), request.params)
                 async for line in resp.aiter_lines():
@@ -422,7 +432,7 @@ class _StreamState:
         if "error" in chunk:
             error = chunk["error"]
             message = error.get("message", str(error)) if isinstance(error, dict) else str(error)
-            if self.first:
+            if self.first and _engine_gone(message):
                 raise _ReplicaFailed(message)
             raise InternalFailure(f"the engine of model '{self.pool}' failed: {message}", code="engine_error")
         if chunk.get("prompt_token_ids"):

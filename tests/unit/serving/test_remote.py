@@ -92,3 +92,13 @@ def test_an_error_before_the_first_delta_may_go_elsewhere_and_after_it_may_not()
     state.feed(_chunk("a"))
     with pytest.raises(InternalFailure):
         state.feed({"error": {"message": "engine dead"}})
+
+
+def test_a_request_specific_error_before_the_first_delta_ejects_nothing():
+    """Only an error saying the engine is gone makes the replica suspect; any other fails just this request."""
+    with pytest.raises(InternalFailure):
+        _StreamState("small", False).feed({"error": {"message": "the grammar could not be compiled"}})
+    with pytest.raises(_ReplicaFailed):
+        _StreamState("small", False).feed(
+            {"error": {"message": "EngineCore encountered an issue. See stack trace (above) for the root cause."}}
+        )
