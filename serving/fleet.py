@@ -142,6 +142,7 @@ class Replica:
     in_flight: int = 0  # requests this gateway has on it right now
     failures: int = 0  # consecutive failures: the one that ejected it, then failed /health probes
     slow_scrapes: int = 0  # consecutive /metrics scrapes that timed out while up
+    own_at_scrape: int = 0  # our in-flight requests when the last scrape was taken
     ejected_at: float = 0.0
     ejected_until: float = 0.0  # the next /health probe is due then
     backoff_s: float = 0.0  # 0 while up
@@ -155,18 +156,18 @@ class Replica:
         return cls(url=base, name=f"{parsed.host}:{parsed.port or (443 if parsed.scheme == 'https' else 80)}")
 
     def load(self) -> float:
-        """`max(in_flight, running) + waiting + 4 * kv_cache_usage`.
+        """`in_flight + (running - own_at_scrape) + waiting + 4 * kv_cache_usage`.
 
-        `in_flight` is this gateway's own count and is exact at once, while a scrape lags by up to an
-        interval: taking the larger of it and the scraped `running` sees a burst we just sent before the
-        replica reports it, and still sees work other gateways put there. Queued requests count again,
-        because a new request waits behind them; the KV term separates replicas whose queues are equal and
-        shies away from a nearly full cache, where vLLM preempts. Without a scrape, the load is `in_flight`.
+        `in_flight` is this gateway's own count and exact at once. The scrape lags by up to an interval, so
+        its `running` also counts requests of ours that have finished since: only what it ran beyond our own
+        in-flight requests at scrape time (`own_at_scrape`) is other gateways' work. Queued requests count
+        again, because a new request waits behind them; the KV term separates replicas whose queues are equal
+        and shies away from a nearly full cache, where vLLM preempts. Without a scrape, the load is `in_flight`.
         """
         m = self.metrics
         if m is None:
             return float(self.in_flight)
-        return max(self.in_flight, m.running) + m.waiting + KV_WEIGHT * m.kv_cache_usage
+        return self.in_flight + max(0, m.running - self.own_at_scrape) + m.waiting + KV_WEIGHT * m.kv_cache_usage
 
 
 def rendezvous_weight(key: str, url: str) -> int:
@@ -363,6 +364,7 @@ class EndpointPicker:
     async def _scrape(self, replica: Replica) -> None:
         """A refused connection or an error status ejects at once; a late answer only after
         `SLOW_SCRAPES_TO_EJECT` in a row (a busy replica answers late; a hung one never does)."""
+        own_before = replica.in_flight
         try:
             text = await self._get(replica.url + "/metrics")
         except _ProbeFailed as exc:
@@ -374,6 +376,8 @@ class EndpointPicker:
             return
         replica.slow_scrapes = 0
         replica.metrics = parse_vllm_metrics(text, self._clock())
+        # Ours, as the replica counted them: in flight when the scrape left or when it came back.
+        replica.own_at_scrape = max(own_before, replica.in_flight)
 
     async def _probe(self, replica: Replica) -> None:
         # Readmission wants a fresh /metrics too: a replica whose /health answers but whose /metrics does not
@@ -388,6 +392,7 @@ class EndpointPicker:
             logger.debug("pool %s: replica %s still down (%s)", self.pool, replica.name, exc)
             return
         replica.metrics = parse_vllm_metrics(text, self._clock())
+        replica.own_at_scrape = replica.in_flight
         replica.state, replica.failures, replica.backoff_s, replica.ejected_until = "up", 0, 0.0, 0.0
         logger.info("pool %s: replica %s readmitted", self.pool, replica.name)
 

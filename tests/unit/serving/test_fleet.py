@@ -100,7 +100,9 @@ class Fleet:
 
 
 def with_metrics(replica, running=0, waiting=0, kv=0.0):
+    """As if scraped now: our own in-flight requests at scrape time are those in flight now."""
     replica.metrics = ReplicaMetrics(kv_cache_usage=kv, running=running, waiting=waiting)
+    replica.own_at_scrape = replica.in_flight
     return replica
 
 
@@ -151,6 +153,9 @@ def test_load_combines_own_in_flight_with_the_scraped_queue():
     with_metrics(replica, running=1, waiting=2, kv=0.5)
     assert replica.load() == 3 + 2 + 4 * 0.5  # in_flight leads a lagging scrape
     replica.in_flight = 0
+    assert replica.load() == 0 + 2 + 4 * 0.5  # ours finished since the scrape: its `running` was ours
+    replica.in_flight, replica.own_at_scrape = 0, 0
+    with_metrics(replica, running=1, waiting=2, kv=0.5)
     assert replica.load() == 1 + 2 + 4 * 0.5  # work other gateways put there
 
 
@@ -413,4 +418,18 @@ def test_affinity_yields_when_its_replica_carries_more_than_the_slack_above_the_
     assert bounded_affinity(key, [a, b], 1.25, slack=float("inf")) == (a, True)
     assert bounded_affinity(key, [a, b], 1.25) == (b, False)
     a.in_flight = 2
+    assert bounded_affinity(key, [a, b], 1.25) == (a, True)
+
+
+def test_a_scrape_taken_while_our_request_ran_does_not_push_the_next_repeat_away():
+    """Sequential repeats of one medium: the last scrape still shows our finished request running; the key's
+    replica must not look busier than the idle one for it."""
+    from serving.fleet import bounded_affinity
+
+    a, b = Replica.at("http://10.0.0.1:8000"), Replica.at("http://10.0.0.2:8000")
+    key = next(f"k{i}" for i in range(100) if rendezvous_weight(f"k{i}", a.url) > rendezvous_weight(f"k{i}", b.url))
+    a.in_flight = 1
+    with_metrics(a, running=1, kv=0.01)  # scraped while our request ran there
+    with_metrics(b)
+    a.in_flight = 0  # it finished; the next scrape has not come yet
     assert bounded_affinity(key, [a, b], 1.25) == (a, True)
