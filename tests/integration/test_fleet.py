@@ -174,11 +174,23 @@ def test_remote_answers_as_the_embedded_engine(server, gateway, kind, stream):
         assert remote[1]["audio"] > 0
 
 
+def _all_up(gateway: LiveServer, within_s: float = 30.0) -> list[dict[str, Any]]:
+    """The replicas as /health lists them, once all are up (a replica the machine kept too busy to answer its
+    scrapes is readmitted), or as they are after `within_s`."""
+    deadline = time.monotonic() + within_s
+    while True:
+        listed: list[dict[str, Any]] = httpx.get(gateway.base_url + "/health", timeout=10).json()["engines"]["small"][
+            "replicas"
+        ]
+        if all(r["state"] == "up" for r in listed) or time.monotonic() > deadline:
+            return listed
+        time.sleep(0.5)
+
+
 def test_health_and_metrics_show_each_replica(gateway, replicas):
-    health = httpx.get(gateway.base_url + "/health", timeout=10).json()
-    listed = health["engines"]["small"]["replicas"]
+    listed = _all_up(gateway)
     assert sorted(r["url"] for r in listed) == sorted(r.url for r in replicas)
-    assert all(r["state"] == "up" for r in listed)
+    assert all(r["state"] == "up" for r in listed), listed
     metrics = httpx.get(gateway.base_url + "/metrics", timeout=10).text
     for r in replicas:
         name = r.url.removeprefix("http://")
@@ -394,6 +406,7 @@ def test_a_killed_replica_is_ejected_and_readmitted(gateway, replicas):
     victim, survivor = replicas[0], replicas[1]
     if victim.proc is None:
         pytest.skip("the replicas were reused (TESSERA_TEST_REPLICAS), so this test cannot kill one")
+    assert all(r["state"] == "up" for r in _all_up(gateway))
     stop = threading.Event()
     outcomes: list[int] = []
 
