@@ -119,20 +119,25 @@ class QuotaGate:
         if principal.tenant_id is None or quota is None:
             return
         tokens, active = await self._limiter.usage(principal.tenant_id)
+        limits = {
+            "x-ratelimit-limit-requests": str(quota.concurrent_requests),
+            "x-ratelimit-remaining-requests": str(max(0, quota.concurrent_requests - active)),
+            "x-ratelimit-reset-requests": "1s",
+            "x-ratelimit-limit-tokens": str(quota.tokens_per_minute),
+            "x-ratelimit-remaining-tokens": str(max(0, quota.tokens_per_minute - tokens)),
+            "x-ratelimit-reset-tokens": "1s",
+        }
         if active >= quota.concurrent_requests:
             raise RateLimited(
                 f"rate limit reached for concurrent requests: {quota.concurrent_requests} already running",
                 retry_after_s=1.0,
-                limits={
-                    "x-ratelimit-limit-requests": str(quota.concurrent_requests),
-                    "x-ratelimit-remaining-requests": "0",
-                },
+                limits=limits,
             )
         if tokens >= quota.tokens_per_minute:
             raise RateLimited(
                 f"rate limit reached for tokens per minute: {quota.tokens_per_minute} used",
                 retry_after_s=1.0,
-                limits={"x-ratelimit-limit-tokens": str(quota.tokens_per_minute), "x-ratelimit-remaining-tokens": "0"},
+                limits=limits,
             )
 
     async def reserve(self, principal: Principal, tokens: int) -> TenantHold:

@@ -266,8 +266,10 @@ def test_precheck_refuses_a_tenant_with_no_slot_left_without_reserving(db):
         await policy.precheck()  # room: passes, and takes nothing
         assert await limiter.usage(t.id) == (0, 0)
         hold = await policy.reserve("small", 10)
-        with pytest.raises(RateLimited):
+        with pytest.raises(RateLimited) as refused:
             await policy.precheck()
+        assert refused.value.limits["x-ratelimit-remaining-requests"] == "0"  # the client sees every counter
+        assert refused.value.limits["x-ratelimit-limit-tokens"] == str(d.resolve(key).quota.tokens_per_minute)
         await hold.settle(10)
         await policy.precheck()
 
