@@ -106,7 +106,9 @@ def generation_request(req: ChatCompletionRequest, default_max_tokens: int) -> G
         structured=_structured(req.response_format),
         logit_bias=logit_bias(req),
     )
-    return GenerationRequest(req.model, req.messages, params, req.priority, req.allow_degraded, _tool_plan(req))
+    return GenerationRequest(
+        req.model, req.messages, params, req.priority, req.allow_degraded, _tool_plan(req), buffered=not req.stream
+    )
 
 
 def _check_choices(req: ChatCompletionRequest) -> None:

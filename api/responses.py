@@ -241,7 +241,13 @@ def generation_request(req: ResponsesRequest, conversation: Conversation, defaul
         structured=_structured(req.text),
     )
     return GenerationRequest(
-        req.model, conversation.messages, params, req.priority, req.allow_degraded, tools=tool_plan(req)
+        req.model,
+        conversation.messages,
+        params,
+        req.priority,
+        req.allow_degraded,
+        tools=tool_plan(req),
+        buffered=not req.stream,
     )
 
 

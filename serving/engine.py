@@ -98,6 +98,9 @@ class EngineRequest:
     media_keys: dict[str, list[str]] = field(default_factory=dict)
     prompt_token_ids: tuple[int, ...] | None = None  # the rendered prompt, tokenized; None: the engine tokenizes
     affinity: str | None = None  # requests sharing it go to the replica that already holds their media or prefix
+    # Nothing of the answer reaches the client before it is whole: a remote engine may then restart it on another
+    # replica after a replica fault, even mid-answer, and yields a replica's deltas only once it has finished.
+    restartable: bool = False
 
 
 @dataclass(frozen=True)

@@ -72,7 +72,7 @@ def _engine_gone(message: str) -> bool:
 
 
 class _ReplicaFailed(Exception):
-    """The replica failed before the request's first delta: another replica may take it."""
+    """The replica failed before anything of the answer reached the client: another replica may take it."""
 
 
 def sampling_body(p: GenerationParams) -> dict[str, Any]:
@@ -345,10 +345,16 @@ class RemoteEngine:
             try:
                 with self.picker.lease(replica):
                     self._where[request.request_id] = replica
-                    async for delta in self._stream(replica, body, request):
-                        started = True
-                        yield delta
+                    if request.restartable:  # whole or not at all: a fault mid-answer can still go elsewhere
+                        answer = [delta async for delta in self._stream(replica, body, request)]
+                    else:
+                        answer = None
+                        async for delta in self._stream(replica, body, request):
+                            started = True
+                            yield delta
                 self.picker.report_success(replica)
+                for delta in answer or ():
+                    yield delta
                 return
             except _ReplicaFailed as exc:
                 self.picker.report_failure(replica, str(exc))
@@ -357,7 +363,7 @@ class RemoteEngine:
                 logger.warning(
                     "request %s: replica %s failed (%s); retrying elsewhere", request.request_id, replica.name, exc
                 )
-            except httpx.HTTPError as exc:  # after the first delta: never retried
+            except httpx.HTTPError as exc:  # a streamed answer, after its first delta: never retried
                 self.picker.report_failure(replica, type(exc).__name__)
                 raise EngineUnavailable(
                     f"the replica {replica.name} of model '{self.name}' failed mid-stream: {type(exc).__name__}"
@@ -391,8 +397,9 @@ class RemoteEngine:
     async def _stream(
         self, replica: Replica, body: dict[str, Any], request: EngineRequest
     ) -> AsyncIterator[EngineDelta]:
-        """The replica's deltas. Failures before the first delta raise `_ReplicaFailed`."""
-        state = _StreamState(self.name, request.params.logprobs is not None)
+        """The replica's deltas. Replica faults before the first delta (or at any point of a restartable
+        request) raise `_ReplicaFailed`."""
+        state = _StreamState(self.name, request.params.logprobs is not None, request.restartable)
         try:
             async with self._client.stream("POST", replica.url + GENERATE_PATH, json=body) as resp:
                 if resp.status_code >= 500:
@@ -412,7 +419,7 @@ class RemoteEngine:
             for delta in state.finish():
                 yield delta
         except httpx.TransportError as exc:
-            if state.first:
+            if state.retryable:
                 raise _ReplicaFailed(f"{type(exc).__name__}: {exc}") from exc
             raise
 
@@ -421,10 +428,11 @@ class _StreamState:
     """Turns the replica's stream chunks into engine deltas. A choice's finishing delta is held back until the
     usage chunk that follows it, which carries the prompt's cached-token count."""
 
-    def __init__(self, pool: str, with_logprobs: bool) -> None:
+    def __init__(self, pool: str, with_logprobs: bool, restartable: bool = False) -> None:
         self.pool = pool
         self.with_logprobs = with_logprobs
-        self.first = True  # no delta yet: a failure can still be retried elsewhere
+        self.restartable = restartable
+        self.first = True  # no delta yet
         self.prompt_ids: list[int] = []
         self.held: list[EngineDelta] = []
 
@@ -432,7 +440,7 @@ class _StreamState:
         if "error" in chunk:
             error = chunk["error"]
             message = error.get("message", str(error)) if isinstance(error, dict) else str(error)
-            if self.first and _engine_gone(message):
+            if self.retryable and _engine_gone(message):
                 raise _ReplicaFailed(message)
             raise InternalFailure(f"the engine of model '{self.pool}' failed: {message}", code="engine_error")
         if chunk.get("prompt_token_ids"):
@@ -460,6 +468,11 @@ class _StreamState:
             else:
                 self.held.append(delta)
         return out
+
+    @property
+    def retryable(self) -> bool:
+        """Whether a replica fault can still be retried elsewhere: nothing of the answer reached the client."""
+        return self.first or self.restartable
 
     def finish(self) -> list[EngineDelta]:
         held, self.held = self.held, []

@@ -41,6 +41,9 @@ class GenerationRequest:
     priority: str = "interactive"
     allow_degraded: bool = False
     tools: ToolPlan | None = None
+    # The client sees nothing until the answer is whole (not streamed): a replica that fails mid-answer can then be
+    # replaced by another, since no byte of the failed attempt ever reached the client.
+    buffered: bool = False
 
     def rendered_tools(self) -> list[dict[str, Any]] | None:
         return self.tools.rendered_tools() if self.tools else None
@@ -131,6 +134,7 @@ class InferenceService:
             priority=PRIORITIES.get(request.priority, 0),
             prompt_token_ids=prompt.token_ids,
             affinity=affinity_key(encoded, cache_salt, encoded.plan.system_text()),
+            restartable=request.buffered,
             **engine_media(encoded, pool),
         )
         parts = pipeline.estimate_parts(prompt, probed, pool)

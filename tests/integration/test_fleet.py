@@ -399,6 +399,114 @@ def test_a_request_is_retried_on_another_replica_before_its_first_delta(replicas
     assert live_picks == 3
 
 
+# The first delta of an answer, as a replica streams it.
+_FIRST_DELTA = {
+    "choices": [{"index": 0, "text": "Par", "token_ids": [1], "finish_reason": None}],
+    "prompt_token_ids": [1],
+}
+
+
+class _DiesMidAnswer:
+    """A replica that starts an answer (one delta) and then drops the connection, as a replica killed mid-answer
+    does. Every request it gets is counted."""
+
+    def __init__(self) -> None:
+        import socket
+
+        self.requests = 0
+        self._sock = socket.create_server(("127.0.0.1", 0))
+        self._sock.settimeout(0.2)
+        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        deadline = time.monotonic() + 300
+        while not self._stop.is_set() and time.monotonic() < deadline:
+            try:
+                conn, _ = self._sock.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.settimeout(5)
+                head = b""
+                while b"\r\n\r\n" not in head and len(head) < 1 << 20:
+                    got = conn.recv(65536)
+                    if not got:
+                        break
+                    head += got
+                if b"/inference/v1/generate" not in head.split(b"\r\n", 1)[0]:
+                    conn.sendall(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                    continue
+                self.requests += 1
+                event = f"data: {json.dumps(_FIRST_DELTA)}\n\n".encode()
+                conn.sendall(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+                    + f"{len(event):x}\r\n".encode()
+                    + event
+                    + b"\r\n"
+                )
+                time.sleep(0.05)  # then gone, without the closing chunk
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._sock.close()
+
+
+@pytest.mark.parametrize("restartable", [True, False], ids=["whole-answer", "streamed"])
+def test_a_replica_dying_mid_answer(replicas, restartable):
+    """A replica fails after its first delta. An answer the client gets whole (not streamed) has shown nothing
+    yet, so it is restarted on another replica and succeeds; a streamed one has already shown its first delta,
+    so it fails rather than splice two answers."""
+    from serving.engine import EngineRequest, EngineUnavailable, GenerationParams
+    from serving.remote import RemoteEngine, RemoteSettings
+
+    dying = _DiesMidAnswer()
+
+    async def run() -> tuple[list[str], list[str]]:
+        engine = await RemoteEngine.connect(
+            "small",
+            MODELS_DIR / "small",
+            RemoteSettings(urls=(replicas[0].url, dying.url), policy="round_robin", scrape_interval_s=30.0),
+        )
+        answers: list[str] = []
+        failures: list[str] = []
+        try:
+            for i in range(4):
+                for r in engine.picker.replicas:  # as if the dying one had answered its last scrape
+                    r.state = "up"
+                request = EngineRequest(
+                    request_id=f"mid-{i}-{uuid.uuid4().hex[:6]}",
+                    prompt="<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n",
+                    images=[],
+                    audios=[],
+                    params=GenerationParams(max_tokens=3, temperature=0.0),
+                    restartable=restartable,
+                )
+                try:
+                    answers.append("".join([d.text async for d in engine.generate(request)]))
+                except EngineUnavailable as exc:
+                    failures.append(str(exc))
+            return answers, failures
+        finally:
+            await engine.close()
+
+    try:
+        answers, failures = asyncio.run(run())
+    finally:
+        dying.close()
+    assert dying.requests >= 1, "round robin never sent a request to the dying replica"
+    if restartable:
+        assert failures == []
+        assert len(answers) == 4
+        assert all(a and not a.startswith("Par") for a in answers), answers  # nothing of the failed attempt
+    else:
+        assert len(failures) == dying.requests, (failures, dying.requests)
+        assert all("mid-stream" in f for f in failures)
+
+
 def test_a_killed_replica_is_ejected_and_readmitted(gateway, replicas):
     """kill -9 one replica under traffic: streams on it end with an error event, new requests all succeed on the
     other, it is ejected within 2 s, and readmitted once it is back."""

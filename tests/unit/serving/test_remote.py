@@ -102,3 +102,13 @@ def test_a_request_specific_error_before_the_first_delta_ejects_nothing():
         _StreamState("small", False).feed(
             {"error": {"message": "EngineCore encountered an issue. See stack trace (above) for the root cause."}}
         )
+
+
+def test_a_restartable_request_may_go_elsewhere_even_after_its_first_delta():
+    """A request whose client sees nothing until the answer is whole has shown nothing when its replica dies."""
+    state = _StreamState("small", False, restartable=True)
+    state.feed(_chunk("a"))
+    with pytest.raises(_ReplicaFailed):
+        state.feed({"error": {"message": "engine dead"}})
+    with pytest.raises(InternalFailure):  # a request-specific error still fails just the request
+        _StreamState("small", False, restartable=True).feed({"error": {"message": "bad grammar"}})
