@@ -6,6 +6,7 @@ import hashlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,8 @@ from litestar.static_files import create_static_files_router
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 from litestar.template.config import TemplateConfig
 
+from api.openapi import SECURED, openapi_config
+from api.parsing import JsonRequest, refuse_nul_in_path
 from api.routes.admin import AdminController
 from api.routes.billing import BillingAdminController, PriceController, stripe_webhook
 from api.routes.chat import create_chat_completion
@@ -65,6 +68,13 @@ class _StateSlot:
         return Provide(lambda: pick(self.get()), sync_to_thread=False)
 
 
+def _version() -> str:
+    try:
+        return metadata.version("tessera")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
 StateFactory = Callable[[Settings], AbstractAsyncContextManager[AppState]]
 
 
@@ -92,7 +102,13 @@ def create_app(
                 slot.set(None)
 
     async def principal(request: Request[Any, Any, Any]) -> Principal:
+        # `authenticated` has checked the key already; this second lookup is served from the directory's cache.
         return await slot.get().auth.principal(request)
+
+    async def authenticated(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+        # A guard runs before Litestar reads and parses the body: a caller without a valid key gets its 401
+        # whatever it sent, and costs no parsing.
+        await slot.get().auth.principal(connection)
 
     async def admin_only(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
         await slot.get().auth.admin(connection)
@@ -108,9 +124,29 @@ def create_app(
             usage_summary,
         ],
         dependencies={"principal": Provide(principal)},
+        guards=[authenticated, refuse_nul_in_path],
+        security=SECURED,
+        tags=["openai"],
     )
     admin_api = Router(
-        path="/", route_handlers=[AdminController, PriceController, BillingAdminController], guards=[admin_only]
+        path="/",
+        route_handlers=[AdminController, PriceController, BillingAdminController],
+        guards=[admin_only, refuse_nul_in_path],
+        request_class=JsonRequest,
+        security=SECURED,
+        tags=["admin"],
+    )
+    # Pages for people, not part of the API's document.
+    console = Router(
+        path="/",
+        route_handlers=[
+            ConsoleController,
+            KeysController,
+            UsageController,
+            RequestsController,
+            AdminConsoleController,
+        ],
+        include_in_schema=False,
     )
     secret = hashlib.sha256(b"tessera-console:" + console_secret(settings).encode()).digest()
     sessions = session_middleware(secret[:16], session_lifetime_s, secure=settings.console_secure_cookies)
@@ -134,11 +170,7 @@ def create_app(
             health,
             metrics,
             stripe_webhook,
-            ConsoleController,
-            KeysController,
-            UsageController,
-            RequestsController,
-            AdminConsoleController,
+            console,
             create_static_files_router(path="/static", directories=[ROOT / "static"]),
         ],
         middleware=[sessions],
@@ -167,6 +199,6 @@ def create_app(
         plugins=[HTMXPlugin()],
         exception_handlers={Exception: console_error, HTTP_500_INTERNAL_SERVER_ERROR: console_error},
         request_max_body_size=settings.max_body_bytes,
-        openapi_config=None,
+        openapi_config=openapi_config(_version()),
         logging_config=None,
     )

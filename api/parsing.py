@@ -1,5 +1,5 @@
-"""Parses request bodies into wire structs, naming the offending `param` on every error, and turns a chat
-request into the `GenerationRequest` that serving takes."""
+"""Parses requests, naming the offending `param` on every error: bodies into wire structs, and a chat request into
+the `GenerationRequest` that serving takes."""
 
 from __future__ import annotations
 
@@ -8,6 +8,9 @@ import logging
 import re
 from typing import Any
 
+from litestar import Request
+from litestar.connection import ASGIConnection
+from litestar.handlers.base import BaseRouteHandler
 from pydantic import BaseModel, ValidationError
 
 from api.fields import check_fields, logit_bias
@@ -59,7 +62,9 @@ def _has_lone_surrogate(body: bytes, data: object) -> bool:
     return False
 
 
-def parse_chat_request(body: bytes) -> ChatCompletionRequest:
+def read_json_object(body: bytes) -> dict[str, Any]:
+    """The body as a JSON object of text, or a 400 saying why it is not one. Both OpenAI routes read their bodies
+    here, so that neither can fail on input the other refuses."""
     try:
         data = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -72,6 +77,30 @@ def parse_chat_request(body: bytes) -> ChatCompletionRequest:
         )
     if not isinstance(data, dict):
         raise InvalidRequest("the body must be a JSON object", code="invalid_json")
+    return data
+
+
+async def refuse_nul_in_path(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+    """A guard: no identifier holds NUL (0x00), and PostgreSQL text cannot, so a path with one (`%00`) is a 400
+    naming the parameter rather than a database error."""
+    for name, value in connection.path_params.items():
+        if isinstance(value, str) and "\x00" in value:
+            raise InvalidRequest(f"'{name}' holds a NUL character", param=name)
+
+
+class JsonRequest(Request[Any, Any, Any]):
+    """Litestar's request for routes whose JSON bodies Litestar decodes itself (the admin API): a body nested past
+    the decoder's recursion limit is the same 400 as on the OpenAI routes, not a `RecursionError`."""
+
+    async def json(self) -> Any:
+        try:
+            return await super().json()
+        except RecursionError as exc:
+            raise InvalidRequest("the body nests too deeply", code="invalid_json") from exc
+
+
+def parse_chat_request(body: bytes) -> ChatCompletionRequest:
+    data = read_json_object(body)
     try:
         req = ChatCompletionRequest.model_validate(data)
     except ValidationError as exc:
@@ -89,8 +118,10 @@ def parse_chat_request(body: bytes) -> ChatCompletionRequest:
 def generation_request(req: ChatCompletionRequest, default_max_tokens: int) -> GenerationRequest:
     check_fields(req)
     _check_choices(req)
+    max_tokens = req.completion_limit() or default_max_tokens
+    _check_lengths(req, max_tokens)
     params = GenerationParams(
-        max_tokens=req.completion_limit() or default_max_tokens,
+        max_tokens=max_tokens,
         temperature=req.temperature,
         top_p=req.top_p,
         top_k=req.top_k,
@@ -116,6 +147,16 @@ def _check_choices(req: ChatCompletionRequest) -> None:
         raise InvalidRequest(
             "n > 1 needs sampling: with temperature 0 every choice would be the same", param="n", code="invalid_value"
         )
+
+
+def _check_lengths(req: ChatCompletionRequest, max_tokens: int) -> None:
+    """What the engine would refuse with a message but no field name."""
+    if req.min_tokens > max_tokens:
+        raise InvalidRequest(
+            f"min_tokens ({req.min_tokens}) is more than the completion may have ({max_tokens})", param="min_tokens"
+        )
+    if "" in req.stop_list():
+        raise InvalidRequest("a stop sequence cannot be empty", param="stop")
 
 
 def _logprobs(req: ChatCompletionRequest) -> int | None:

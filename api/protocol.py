@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
+
+# The largest count or price the API stores: within a database's 64-bit integers, and exact as a JSON number (a
+# double) too, so that the documented maximum is the enforced one. Larger values are refused, not overflowed.
+STORED_INT_MAX = 10**18
+# Text the API stores: PostgreSQL text cannot hold NUL (0x00), so it is refused here rather than by the database.
+StoredText = Annotated[str, Field(pattern=r"^[^\x00]*$")]
+# The seeds the engine's random generator takes (torch's `manual_seed`): int64 and uint64 values.
+SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1
 
 
 class _Loose(BaseModel):
@@ -99,7 +107,7 @@ class ChatCompletionRequest(_Loose):
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     n: int = Field(default=1, ge=1, le=16)
     presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=SEED_MIN, le=SEED_MAX)
     response_format: ResponseFormat | None = None
     stop: str | list[str] | None = None
     stream: StrictBool = False
@@ -266,3 +274,16 @@ class ModelCard(BaseModel):
 class ModelList(BaseModel):
     object: Literal["list"] = "list"
     data: list[ModelCard]
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class ErrorResponse(BaseModel):
+    """Every error the API sends, at any status: OpenAI's error shape."""
+
+    error: ErrorDetail

@@ -12,7 +12,6 @@ Nothing is stored: `store`, `previous_response_id`, `background` and the rest of
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from litestar import Response
 from litestar.response import Stream
 from pydantic import BaseModel, ValidationError
 
+from api.parsing import read_json_object
 from api.protocol import ChatMessage
 from api.responses_protocol import UNHONOURED, InputContent, InputItem, ResponsesRequest, TextConfig
 from api.responses_rendering import complete, stream
@@ -36,9 +36,14 @@ logger = logging.getLogger(__name__)
 
 
 async def create_response(
-    body: bytes, principal: Principal, service: InferenceService, quotas: QuotaGate, *, default_max_tokens: int
+    req: ResponsesRequest,
+    principal: Principal,
+    service: InferenceService,
+    quotas: QuotaGate,
+    *,
+    default_max_tokens: int,
 ) -> Response[Any] | Stream:
-    req = parse_responses_request(body)
+    """A request `parse_responses_request` has read (the route's body DTO runs it): start it and render it."""
     conversation = to_conversation(req)
     request = generation_request(req, conversation, default_max_tokens)
     try:
@@ -53,12 +58,7 @@ async def create_response(
 
 
 def parse_responses_request(body: bytes) -> ResponsesRequest:
-    try:
-        data = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InvalidRequest(f"the body is not valid JSON: {exc}", code="invalid_json") from exc
-    if not isinstance(data, dict):
-        raise InvalidRequest("the body must be a JSON object", code="invalid_json")
+    data = read_json_object(body)
     refuse_unhonoured(data)
     try:
         req = ResponsesRequest.model_validate(data)

@@ -3,49 +3,62 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, Literal
 
 from litestar import Controller, get, patch, post, put
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
+from api.openapi import errors
+from api.protocol import STORED_INT_MAX, StoredText
 from tenancy.directory import Directory, key_summary, tenant_summary
 
 
 class TenantIn(BaseModel):
-    name: str
-    tokens_per_minute: int = Field(default=100_000, ge=0)
-    concurrent_requests: int = Field(default=16, ge=1)
-    monthly_token_budget: int | None = Field(default=None, ge=0)
+    name: StoredText
+    tokens_per_minute: int = Field(default=100_000, ge=0, le=STORED_INT_MAX)
+    concurrent_requests: int = Field(default=16, ge=1, le=STORED_INT_MAX)
+    monthly_token_budget: int | None = Field(default=None, ge=0, le=STORED_INT_MAX)
 
 
 class TenantPatch(BaseModel):
-    status: str
+    status: Literal["active", "suspended"]
 
 
 class QuotaIn(BaseModel):
-    tokens_per_minute: int | None = Field(default=None, ge=0)
-    concurrent_requests: int | None = Field(default=None, ge=1)
-    monthly_token_budget: int | None = Field(default=None, ge=0)
-    monthly_cost_budget_micros: int | None = Field(default=None, ge=0)
-    tier: str | None = None
+    tokens_per_minute: int | None = Field(default=None, ge=0, le=STORED_INT_MAX)
+    concurrent_requests: int | None = Field(default=None, ge=1, le=STORED_INT_MAX)
+    monthly_token_budget: int | None = Field(default=None, ge=0, le=STORED_INT_MAX)
+    monthly_cost_budget_micros: int | None = Field(default=None, ge=0, le=STORED_INT_MAX)
+    tier: StoredText | None = None
 
 
 class KeyIn(BaseModel):
-    name: str = ""
-    allowed_models: list[str] | None = None
+    name: StoredText = ""
+    allowed_models: list[StoredText] | None = None
     expires_at: datetime | None = None
+
+    @field_validator("expires_at")
+    @classmethod
+    def _in_utc(cls, value: datetime | None) -> datetime | None:
+        """In UTC, as it is stored: an offset can carry a moment past year 1 or 9999."""
+        if value is None or value.tzinfo is None:
+            return value
+        try:
+            return value.astimezone(UTC)
+        except OverflowError as exc:
+            raise ValueError("expires_at must fall within years 1-9999 in UTC") from exc
 
 
 class AdminController(Controller):
     path = "/admin"
 
-    @get("/tenants")
+    @get("/tenants", responses=errors(401, 403, 429))
     async def list_tenants(self, directory: Directory) -> dict[str, Any]:
         rows = await asyncio.to_thread(directory.tenants)
         return {"object": "list", "data": [tenant_summary(t, q) for t, q in rows]}
 
-    @post("/tenants", status_code=201)
+    @post("/tenants", status_code=201, responses=errors(400, 401, 403, 409, 429))
     async def create_tenant(self, data: TenantIn, directory: Directory) -> dict[str, Any]:
         tenant = await asyncio.to_thread(
             directory.create_tenant,
@@ -57,22 +70,22 @@ class AdminController(Controller):
         quota = await asyncio.to_thread(directory.set_quota, tenant.id)
         return tenant_summary(tenant, quota)
 
-    @patch("/tenants/{tenant_id:str}")
+    @patch("/tenants/{tenant_id:str}", responses=errors(400, 401, 403, 404, 429))
     async def update_tenant(self, tenant_id: str, data: TenantPatch, directory: Directory) -> dict[str, Any]:
         tenant = await asyncio.to_thread(directory.set_status, tenant_id, data.status)
         return tenant_summary(tenant, None)
 
-    @put("/tenants/{tenant_id:str}/quota")
+    @put("/tenants/{tenant_id:str}/quota", responses=errors(400, 401, 403, 404, 429))
     async def set_quota(self, tenant_id: str, data: QuotaIn, directory: Directory) -> dict[str, Any]:
         quota = await asyncio.to_thread(directory.set_quota, tenant_id, **data.model_dump(exclude_none=True))
         return quota.model_dump()
 
-    @get("/tenants/{tenant_id:str}/keys")
+    @get("/tenants/{tenant_id:str}/keys", responses=errors(400, 401, 403, 429))
     async def list_keys(self, tenant_id: str, directory: Directory) -> dict[str, Any]:
         keys = await asyncio.to_thread(directory.keys, tenant_id)
         return {"object": "list", "data": [key_summary(k) for k in keys]}
 
-    @post("/tenants/{tenant_id:str}/keys", status_code=201)
+    @post("/tenants/{tenant_id:str}/keys", status_code=201, responses=errors(400, 401, 403, 404, 429))
     async def create_key(self, tenant_id: str, data: KeyIn, directory: Directory) -> dict[str, Any]:
         issued = await asyncio.to_thread(
             directory.issue_key,
@@ -83,6 +96,6 @@ class AdminController(Controller):
         )
         return {"id": issued.key_id, "prefix": issued.prefix, "key": issued.key}
 
-    @post("/keys/{key_id:str}/revoke", status_code=200)
+    @post("/keys/{key_id:str}/revoke", status_code=200, responses=errors(400, 401, 403, 404, 429))
     async def revoke_key(self, key_id: str, directory: Directory) -> dict[str, Any]:
         return key_summary(await asyncio.to_thread(directory.revoke_key, key_id))

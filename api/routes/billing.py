@@ -11,6 +11,8 @@ from litestar.params import Parameter
 from pydantic import BaseModel, Field
 from sqlalchemy import Engine
 
+from api.openapi import errors
+from api.protocol import STORED_INT_MAX
 from api.settings import Settings
 from billing import outbox
 from billing.prices import DIMENSIONS, PriceBook
@@ -20,21 +22,26 @@ from serving.pools import PoolRegistry
 
 
 class PriceIn(BaseModel):
-    micros_per_million: int = Field(ge=0, description="Price per 1M tokens, in millionths of the currency unit.")
+    micros_per_million: int = Field(
+        ge=0, le=STORED_INT_MAX, description="Price per 1M tokens, in millionths of the currency unit."
+    )
+
+
+Dimension = Annotated[
+    str, Parameter(pattern=f"^({'|'.join(DIMENSIONS)})$", description="The billable dimension the price is for.")
+]
 
 
 class PriceController(Controller):
     path = "/admin/prices"
 
-    @get("/")
+    @get("/", responses=errors(401, 403, 429))
     async def list_prices(self, prices: PriceBook, pools: PoolRegistry) -> dict[str, Any]:
         table = await asyncio.to_thread(prices.all, [p.name for p in pools.pools])
         return {"object": "list", "dimensions": list(DIMENSIONS), "data": table}
 
-    @put("/{model:str}/{dimension:str}")
-    async def set_price(self, model: str, dimension: str, data: PriceIn, prices: PriceBook) -> dict[str, Any]:
-        if dimension not in DIMENSIONS:
-            raise InvalidRequest(f"dimension must be one of {', '.join(DIMENSIONS)}", param="dimension")
+    @put("/{model:str}/{dimension:str}", responses=errors(400, 401, 403, 429))
+    async def set_price(self, model: str, dimension: Dimension, data: PriceIn, prices: PriceBook) -> dict[str, Any]:
         await asyncio.to_thread(prices.set, model, dimension, data.micros_per_million)
         return {"model": model, "dimension": dimension, "micros_per_million": data.micros_per_million}
 
@@ -42,7 +49,7 @@ class PriceController(Controller):
 class BillingAdminController(Controller):
     path = "/admin/billing"
 
-    @get("/dead-letters")
+    @get("/dead-letters", responses=errors(400, 401, 403, 429))
     async def dead_letters(self, db: Engine, limit: Annotated[int, Parameter(ge=1, le=1000)] = 100) -> dict[str, Any]:
         """Meter events Stripe will never accept, newest first, with why; and the outbox's rows per status."""
         letters, counts = await asyncio.gather(
@@ -51,7 +58,7 @@ class BillingAdminController(Controller):
         return {"object": "list", "counts": counts, "data": [asdict(d) for d in letters]}
 
 
-@post("/v1/billing/webhooks/stripe", status_code=200)
+@post("/v1/billing/webhooks/stripe", status_code=200, responses=errors(400), security=[])
 async def stripe_webhook(request: Request[Any, Any, Any], db: Engine, settings: Settings) -> dict[str, Any]:
     if not settings.stripe_webhook_secret:
         raise InvalidRequest("Stripe webhooks are not configured", code="webhooks_disabled")

@@ -4,23 +4,39 @@ from __future__ import annotations
 
 from typing import Any
 
-from litestar import Request, Response, post
+from litestar import Response, post
 from litestar.response import Stream
 
-from api.chat import chat_completion
+from api.chat import answer_chat
+from api.openapi import ParsedBody, StreamingOperation, answer, errors
+from api.parsing import parse_chat_request
+from api.protocol import ChatCompletion, ChatCompletionRequest
 from api.settings import Settings
 from serving.service import InferenceService
 from tenancy.directory import Principal
 from tenancy.quotas import QuotaGate
 
 
-@post("/v1/chat/completions", status_code=200)
+class ChatBody(ParsedBody[ChatCompletionRequest]):
+    parse = staticmethod(parse_chat_request)
+
+
+@post(
+    "/v1/chat/completions",
+    status_code=200,
+    dto=ChatBody,
+    return_dto=None,
+    operation_class=StreamingOperation,
+    responses={
+        **answer(ChatCompletion, "The completion; with `stream: true`, `chat.completion.chunk` events instead."),
+        **errors(400, 401, 403, 404, 413, 429, 503),
+    },
+)
 async def create_chat_completion(
-    request: Request[Any, Any, Any],
+    data: ChatCompletionRequest,
     principal: Principal,
     service: InferenceService,
     quotas: QuotaGate,
     settings: Settings,
 ) -> Response[Any] | Stream:
-    body = await request.body()
-    return await chat_completion(body, principal, service, quotas, default_max_tokens=settings.default_max_tokens)
+    return await answer_chat(data, principal, service, quotas, default_max_tokens=settings.default_max_tokens)

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from litestar import get
 
+from api.openapi import errors
 from api.protocol import ModelCard, ModelList
 from serving.errors import NotFound
 from serving.pools import ModelPool, PoolRegistry
@@ -22,14 +21,14 @@ def _card(pool: ModelPool) -> ModelCard:
     )
 
 
-@get("/v1/models")
-async def list_models(pools: PoolRegistry, principal: Principal) -> dict[str, Any]:
-    return ModelList(data=[_card(p) for p in pools.pools]).model_dump(mode="json")
+@get("/v1/models", responses=errors(401, 429))
+async def list_models(pools: PoolRegistry, principal: Principal) -> ModelList:
+    return ModelList(data=[_card(p) for p in pools.pools])
 
 
-@get("/v1/models/{model_id:str}")
-async def retrieve_model(model_id: str, pools: PoolRegistry, principal: Principal) -> dict[str, Any]:
+@get("/v1/models/{model_id:str}", responses=errors(400, 401, 404, 429))
+async def retrieve_model(model_id: str, pools: PoolRegistry, principal: Principal) -> ModelCard:
     pool = pools.get(model_id)
     if pool is None:
         raise NotFound(f"the model '{model_id}' does not exist", code="model_not_found", param="model")
-    return _card(pool).model_dump(mode="json")
+    return _card(pool)

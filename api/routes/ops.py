@@ -5,13 +5,19 @@ from __future__ import annotations
 from typing import Any
 
 from litestar import Response, get
+from litestar.openapi import ResponseSpec
 
 from serving.errors import EngineUnavailable
 from serving.metrics import ServerMetrics
 from serving.pools import PoolRegistry
 
+PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+_UNHEALTHY = ResponseSpec(
+    dict[str, Any], description="An engine is dead: the same report, with `retry-after`.", generate_examples=False
+)
 
-@get("/health")
+
+@get("/health", responses={503: _UNHEALTHY})
 async def health(pools: PoolRegistry) -> Response[dict[str, Any]]:
     engines: dict[str, Any] = {}
     for pool in pools.pools:
@@ -37,6 +43,6 @@ async def health(pools: PoolRegistry) -> Response[dict[str, Any]]:
     )
 
 
-@get("/metrics", sync_to_thread=False)
+@get("/metrics", sync_to_thread=False, media_type=PROMETHEUS_TEXT)
 def metrics(server_metrics: ServerMetrics) -> Response[bytes]:
-    return Response(server_metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+    return Response(server_metrics.render(), media_type=PROMETHEUS_TEXT)

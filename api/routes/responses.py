@@ -4,23 +4,39 @@ from __future__ import annotations
 
 from typing import Any
 
-from litestar import Request, Response, post
+from litestar import Response, post
 from litestar.response import Stream
 
+from api.openapi import ParsedBody, StreamingOperation, answer, errors
 from api.responses import create_response as respond
+from api.responses import parse_responses_request
+from api.responses_protocol import ResponseObject, ResponsesRequest
 from api.settings import Settings
 from serving.service import InferenceService
 from tenancy.directory import Principal
 from tenancy.quotas import QuotaGate
 
 
-@post("/v1/responses", status_code=200)
+class ResponsesBody(ParsedBody[ResponsesRequest]):
+    parse = staticmethod(parse_responses_request)
+
+
+@post(
+    "/v1/responses",
+    status_code=200,
+    dto=ResponsesBody,
+    return_dto=None,
+    operation_class=StreamingOperation,
+    responses={
+        **answer(ResponseObject, "The response; with `stream: true`, typed `response.*` events instead."),
+        **errors(400, 401, 403, 404, 413, 429, 503),
+    },
+)
 async def create_response(
-    request: Request[Any, Any, Any],
+    data: ResponsesRequest,
     principal: Principal,
     service: InferenceService,
     quotas: QuotaGate,
     settings: Settings,
 ) -> Response[Any] | Stream:
-    body = await request.body()
-    return await respond(body, principal, service, quotas, default_max_tokens=settings.default_max_tokens)
+    return await respond(data, principal, service, quotas, default_max_tokens=settings.default_max_tokens)

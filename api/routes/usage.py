@@ -9,6 +9,7 @@ from typing import Any
 from litestar import get
 from sqlalchemy import Engine
 
+from api.openapi import errors
 from serving.errors import InvalidRequest, NotFound
 from tenancy.directory import Principal
 from tenancy.metering import GROUPS, aggregate, receipt
@@ -19,12 +20,13 @@ def _when(value: str | None, default: datetime, param: str) -> datetime:
         return default
     try:
         moment = datetime.fromisoformat(value)
-    except ValueError as exc:
-        raise InvalidRequest(f"'{param}' must be an ISO 8601 date or time", param=param) from exc
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+        # In UTC, as the database compares them: an offset can carry a moment past year 1 or 9999.
+        return moment.astimezone(UTC) if moment.tzinfo else moment.replace(tzinfo=UTC)
+    except (ValueError, OverflowError) as exc:
+        raise InvalidRequest(f"'{param}' must be an ISO 8601 date or time within years 1-9999", param=param) from exc
 
 
-@get("/v1/usage/{request_id:str}")
+@get("/v1/usage/{request_id:str}", responses=errors(400, 401, 404, 429))
 async def usage_receipt(request_id: str, principal: Principal, db: Engine) -> dict[str, Any]:
     found = await asyncio.to_thread(receipt, db, principal.tenant_id, request_id)
     if found is None:
@@ -32,7 +34,7 @@ async def usage_receipt(request_id: str, principal: Principal, db: Engine) -> di
     return found
 
 
-@get("/v1/usage")
+@get("/v1/usage", responses=errors(400, 401, 429))
 async def usage_summary(
     principal: Principal, db: Engine, start: str | None = None, end: str | None = None, group_by: str = "modality"
 ) -> dict[str, Any]:

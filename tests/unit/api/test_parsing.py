@@ -171,3 +171,29 @@ def test_bodies_no_tokenizer_can_take_are_400s(body):
 def test_surrogate_pairs_and_escaped_backslashes_are_text():
     req = parse_chat_request(b'{"model":"small","messages":[{"role":"user","content":"\\ud83d\\ude00 \\\\ud800"}]}')
     assert req.messages[0].content == "\U0001f600 \\ud800"
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"seed": 2**70}, "seed"),  # was sent to the engine, which failed on it: a 503 for a bad input
+        ({"seed": -(2**63) - 1}, "seed"),
+        ({"min_tokens": 17}, "min_tokens"),  # past the default limit (16 here); the engine named no field
+        ({"min_tokens": 5, "max_tokens": 4}, "min_tokens"),
+        ({"stop": ["ok", ""]}, "stop"),
+        ({"stop": ""}, "stop"),
+    ],
+)
+def test_what_the_engine_would_refuse_is_a_400_naming_its_field(fields, param):
+    with pytest.raises(InvalidRequest) as exc:
+        generation_request(_parse({"model": "small", "messages": [{"role": "user", "content": "x"}], **fields}), 16)
+    assert exc.value.param == param
+    assert to_api_error(exc.value).status_code == 400
+
+
+@pytest.mark.parametrize("seed", [-(2**63), -1, 0, 2**63 - 1, 2**64 - 1])
+def test_every_seed_the_engine_takes_is_accepted(seed):
+    req = generation_request(
+        _parse({"model": "small", "messages": [{"role": "user", "content": "x"}], "seed": seed}), 16
+    )
+    assert req.params.seed == seed

@@ -253,6 +253,20 @@ def test_the_body_must_be_a_json_object():
         assert caught.value.code == "invalid_json"
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"[" * 100_000 + b"]" * 100_000,  # was a RecursionError, a 500
+        b'{"model":"small","input":"a\\ud800b"}',  # was accepted, then failed in the tokenizer
+    ],
+    ids=["nested-too-deeply", "lone-surrogate"],
+)
+def test_bodies_no_tokenizer_can_take_are_400s(body):
+    with pytest.raises(InvalidRequest) as caught:
+        parse_responses_request(body)
+    assert caught.value.code == "invalid_json"
+
+
 # -- rendering on a stub engine -----------------------------------------------------------------------------------
 
 
