@@ -3,10 +3,12 @@ error status it can send, so that a client, or a fuzzer, can hold the server to 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from litestar import Request
 from litestar.dto import AbstractDTO
 from litestar.dto.data_structures import DTOFieldDefinition
 from litestar.openapi import OpenAPIConfig, ResponseSpec
@@ -18,6 +20,11 @@ from litestar.typing import FieldDefinition
 from api.protocol import ErrorResponse
 
 T = TypeVar("T")
+
+# Bodies larger than this are parsed on a worker thread: a body of many MB of base64 media takes tens to hundreds
+# of milliseconds to decode and validate, which on the event loop would stall every other request and `/health`.
+PARSE_OFF_LOOP_BYTES = 64 * 1024
+_PARSED = "tessera.parsed_body"
 
 BEARER = "bearer"
 SECURED: list[dict[str, list[str]]] = [{BEARER: []}]
@@ -76,14 +83,26 @@ class ParsedBody(AbstractDTO[T], Generic[T]):
 
         class ChatBody(ParsedBody[ChatCompletionRequest]):
             parse = staticmethod(parse_chat_request)
+
+    Its route sets `before_request=ChatBody.parse_large_off_loop`, so that a large body is parsed on a worker
+    thread before Litestar asks the DTO for it (a DTO's decoding is synchronous, on the event loop).
     """
 
     @staticmethod
     def parse(body: bytes) -> Any:
         raise NotImplementedError("a subclass names its parser")
 
+    @classmethod
+    async def parse_large_off_loop(cls, request: Request[Any, Any, Any]) -> None:
+        """A `before_request` hook: parse a large body on a worker thread, for `decode_bytes` to pick up. It
+        returns nothing, so the handler runs as usual; a parse error is the same 400 the handler would give."""
+        body = await request.body()
+        if len(body) > PARSE_OFF_LOOP_BYTES:
+            request.scope[_PARSED] = await asyncio.to_thread(cls.parse, body)  # type: ignore[literal-required]
+
     def decode_bytes(self, value: bytes) -> Any:
-        return self.parse(value)
+        parsed = self.asgi_connection.scope.get(_PARSED)  # type: ignore[misc]
+        return parsed if parsed is not None else self.parse(value)
 
     def decode_builtins(self, value: dict[str, Any]) -> Any:
         raise NotImplementedError("these bodies are JSON, never forms")

@@ -50,31 +50,35 @@ def _unknown_fields(model: BaseModel, prefix: str = "") -> list[str]:
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 
-def _has_lone_surrogate(body: bytes, data: object) -> bool:
-    """JSON may escape a surrogate half on its own; Python keeps it, and no tokenizer can encode it. The
-    regular expression only spares the exact check for bodies without any surrogate escape."""
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _decode(body: bytes) -> Any:
+    """Standard JSON only (no NaN or Infinity). JSON may escape a surrogate half on its own, which Python keeps and
+    no tokenizer can encode: a body with any surrogate escape (the regular expression spares the exact check for
+    the rest) has its decoded text checked for one."""
+    data = json.loads(body, parse_constant=_refuse_constant)
     if _SURROGATE_ESCAPE.search(body) is None:
-        return False
+        return data
     try:
         json.dumps(data, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:
-        return True
-    return False
+        raise InvalidRequest(
+            "the body holds a lone UTF-16 surrogate escape (\\ud800-\\udfff), which is not text", code="invalid_json"
+        ) from None
+    return data
 
 
 def read_json_object(body: bytes) -> dict[str, Any]:
     """The body as a JSON object of text, or a 400 saying why it is not one. Both OpenAI routes read their bodies
     here, so that neither can fail on input the other refuses."""
     try:
-        data = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        data = _decode(body)
+    except (UnicodeDecodeError, ValueError) as exc:
         raise InvalidRequest(f"the body is not valid JSON: {exc}", code="invalid_json") from exc
     except RecursionError as exc:
         raise InvalidRequest("the body nests too deeply", code="invalid_json") from exc
-    if _has_lone_surrogate(body, data):
-        raise InvalidRequest(
-            "the body holds a lone UTF-16 surrogate escape (\\ud800-\\udfff), which is not text", code="invalid_json"
-        )
     if not isinstance(data, dict):
         raise InvalidRequest("the body must be a JSON object", code="invalid_json")
     return data

@@ -222,8 +222,12 @@ class MediaIngest:
     async def _probe_item(self, item: MediaItem) -> ProbedMedia:
         loop = asyncio.get_running_loop()
         if item.kind == "image":
-            assert item.url is not None
-            raw = await self._images.load_url_bytes(item.url, param=item.param)
+            url = item.url
+            assert url is not None
+            if url.startswith("data:"):  # base64 of up to tens of MB: decoded off the event loop
+                raw = await loop.run_in_executor(self._pool, lambda: self._images.parse_data_url(url, param=item.param))
+            else:
+                raw = await self._images.load_url_bytes(url, param=item.param)
             width, height = await loop.run_in_executor(self._pool, lambda: self._images.probe(raw, param=item.param))
             return ProbedMedia(item, raw, width=width, height=height)
         assert item.data is not None

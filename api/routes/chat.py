@@ -25,6 +25,7 @@ class ChatBody(ParsedBody[ChatCompletionRequest]):
     "/v1/chat/completions",
     status_code=200,
     dto=ChatBody,
+    before_request=ChatBody.parse_large_off_loop,
     return_dto=None,
     operation_class=StreamingOperation,
     responses={

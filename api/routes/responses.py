@@ -25,6 +25,7 @@ class ResponsesBody(ParsedBody[ResponsesRequest]):
     "/v1/responses",
     status_code=200,
     dto=ResponsesBody,
+    before_request=ResponsesBody.parse_large_off_loop,
     return_dto=None,
     operation_class=StreamingOperation,
     responses={

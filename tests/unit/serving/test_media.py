@@ -200,3 +200,20 @@ def test_fetch_connects_to_the_address_it_checked_and_refuses_embedded_private_o
     for embedded in ("64:ff9b::7f00:1", "2002:7f00:1::", "::ffff:169.254.169.254", "64:ff9b::a00:1"):
         assert not policy.permits("x", ipaddress.ip_address(embedded)), embedded
     assert policy.permits("x", ipaddress.ip_address("64:ff9b::5db8:d822"))  # NAT64 of a public address
+
+
+def test_large_base64_is_decoded_in_slices_with_the_same_verdicts():
+    """Past one slice the data is decoded piecewise; what is accepted and refused stays the same."""
+    import base64
+    import os
+
+    from serving.media.images import _BASE64_SLICE, decode_base64
+
+    raw = os.urandom(_BASE64_SLICE)  # about 1.3 slices of text
+    text = base64.b64encode(raw).decode()
+    assert len(text) > _BASE64_SLICE
+    assert decode_base64(text, param="p") == raw
+    assert decode_base64(f"  {text}\n", param="p") == raw
+    for bad in (text[:-1], text[:1000] + "=" + text[1001:], text[:5000] + "\n" + text[5000:], text[:-4] + "@@@@"):
+        with pytest.raises(MediaError):
+            decode_base64(bad, param="p")
