@@ -1,4 +1,4 @@
-"""The `tessera` command: `serve` (the embedded default with no arguments) and `models build-demo`."""
+"""The `tessera` command: `serve` (the embedded default with no arguments), `models build-demo`, `bench`, `eval`."""
 
 from __future__ import annotations
 
@@ -141,6 +141,16 @@ def manage(args: argparse.Namespace) -> None:
         raise SystemExit(f"error: {exc.message}") from exc
 
 
+def _eval_server(models: list[str], progress: Any) -> Any:
+    """A live embedded server of the demo pools `models` for `tessera eval`, launched as the benches launch theirs."""
+    from bench.server import live_server
+    from serving.demo_models import build_demo_checkpoints
+
+    demo_dir = Settings().demo_dir()
+    build_demo_checkpoints(demo_dir, models, progress=progress)
+    return live_server(demo_dir, [{"name": m} for m in models], progress)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="tessera", description="Tessera: OpenAI-compatible multimodal server.")
     sub = parser.add_subparsers(dest="command")
@@ -163,8 +173,10 @@ def main(argv: list[str] | None = None) -> None:
     kc.add_argument("--models", default=None, help="Comma-separated models the key may use (default: all).")
     kc.add_argument("--admin", action="store_true", help="An admin key (for /admin and the console).")
     from bench.cli import add_bench_parser
+    from grounding.eval import add_eval_parser
 
     add_bench_parser(sub)
+    add_eval_parser(sub)
     args = parser.parse_args(argv)
     command = args.command or "serve"
     if command == "serve":
@@ -184,3 +196,8 @@ def main(argv: list[str] | None = None) -> None:
 
         _configure_logging("WARNING")
         run_bench(args)
+    elif command == "eval":
+        from grounding.eval import run_eval
+
+        _configure_logging("WARNING")
+        run_eval(args, launch=_eval_server)

@@ -1,0 +1,264 @@
+"""Claims of a free-text answer about the grounding world, and whether an answer is right for a golden item.
+
+Extraction is by rule over a closed vocabulary, clause by clause (clauses end at . ! ? ; : , and new lines):
+- objects: the world's shapes and spoken nouns, plus common things a model invents for an image it cannot see
+  (woman, dress, car, tree...) and shapes outside the world (rectangle, heart...). A mention after a negation
+  in its clause ("there is no red star", "I don't see a star") asserts nothing and is dropped.
+- colours and positions, bound to an object: a colour to the noun right after it (size words may sit between:
+  "a large red circle"), else to the nearest object noun before it in the clause ("the circle is red"); a
+  position to the nearest noun before it, else the nearest shape after it ("on the left is a circle"). Bound to
+  no noun, a colour or position is kept unbound (the answer "Red."); bound to scenery ("a white background")
+  it says nothing about an object.
+- numbers (digits and number words to twenty) with the noun they count ("one" only when it counts a noun, tells
+  the time or ends its clause, not as a pronoun); yes/no (the first yes or no word; none when the answer has neither);
+  names, weekdays, hours and sound labels (speech, beep, silence, noise).
+
+An answer is correct when it has the right words and no wrong ones: what the question asks for is present,
+and nothing it asserts contradicts the item's facts (a wrong colour or position of any shape, an object that
+is not in the asked medium, a second weekday or name or number). Hallucinated objects are counted CHAIR-style:
+objects asserted that are not in the medium the question is about; in audio answers, words for the speaker
+(man, woman, person) describe the voice, not an object, and are not counted.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from grounding.golden import GoldenItem
+from grounding.speech import NAMES, NUMBER_WORDS, WEEKDAYS
+from grounding.world import COLOURS, SHAPES
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+_TOKEN = re.compile(r"\d+|[a-z]+(?:'[a-z]+)?")
+_CLAUSE = re.compile(r"[.!?;:,\n]+")
+
+SHAPE_NOUNS = frozenset(SHAPES)
+AUDIO_NOUNS = frozenset({"apple", "book", "cup", "chair", "dog", "cat", "table"})
+PERSON_NOUNS = frozenset({"person", "man", "woman", "girl", "boy", "child", "baby", "lady", "speaker"})
+OTHER_NOUNS = _words(
+    "dress hat shirt shoe car bus truck bicycle bike tree flower grass plant house building window door "
+    "road street sky cloud sun moon mountain water sea river bird horse cow sheep ball bottle phone "
+    "computer laptop clock lamp bed sofa couch cake pizza food fruit banana box bag kite umbrella plate "
+    "bowl spoon knife fork boat plane rectangle oval hexagon pentagon diamond heart cross arrow ring dot "
+    "letter logo flag face hand"
+)
+OBJECT_NOUNS = SHAPE_NOUNS | AUDIO_NOUNS | PERSON_NOUNS | OTHER_NOUNS
+# Nouns that anchor a colour or position without being objects: "a white background", "the middle of the image".
+SCENERY_NOUNS = _words(
+    "background image picture photo photograph canvas noise shape clip audio recording sound colour color side"
+)
+_IRREGULAR = {"people": "person", "men": "man", "women": "woman", "children": "child", "ladies": "lady"}
+EXTRA_COLOURS = ("white", "grey", "gray", "pink", "brown", "violet", "gold", "silver")
+_GREY = {"gray": "grey"}
+COLOUR_WORDS = frozenset(COLOURS) | frozenset(EXTRA_COLOURS)
+POSITION_WORDS = {"left": "left", "right": "right", "top": "top", "bottom": "bottom", "centre": "centre"}
+POSITION_WORDS |= {"center": "centre", "middle": "centre"}
+SIZE_WORDS = frozenset({"small", "large", "big", "little", "tiny", "huge", "medium"})
+_SKIPPABLE = SIZE_WORDS | {"a", "an", "the", "any", "one", "some", "single", "bright", "dark", "light", "solid"}
+NEGATORS = frozenset({"no", "not", "without", "nor", "neither", "never", "none"})
+YES_WORDS = frozenset({"yes", "yeah", "yep", "correct"})
+NO_WORDS = frozenset({"no", "nope"})
+SOUND_WORDS = {
+    "speech": {"speech", "speaking", "speaks", "speaker", "voice", "says", "said", "saying", "talking", "spoken"},
+    "beep": {"beep", "beeping", "tone", "whistle", "sine"},
+    "silence": {"silence", "silent", "nothing", "quiet"},
+    "noise": {"noise", "static", "hiss", "hissing"},
+}
+_NUMBER = {word: value for value, word in enumerate(NUMBER_WORDS)}
+_NAMES = {n.lower(): n for n in NAMES}
+_WEEKDAYS = {d.lower(): d for d in WEEKDAYS}
+
+
+def _noun(token: str) -> str | None:
+    """The canonical singular of an object or scenery noun, or None."""
+    if token in _IRREGULAR:
+        return _IRREGULAR[token]
+    for base in (token, token[:-1] if token.endswith("s") else "", token[:-2] if token.endswith("es") else ""):
+        if base and (base in OBJECT_NOUNS or base in SCENERY_NOUNS):
+            return base
+    return None
+
+
+def _number(token: str) -> int | None:
+    if token.isdigit():
+        return int(token)
+    return _NUMBER.get(token)
+
+
+def _negated(tokens: list[str], index: int) -> bool:
+    return any(t in NEGATORS or t.endswith("n't") for t in tokens[:index])
+
+
+@dataclass
+class Claims:
+    """What an answer asserts. Bindings are (noun or None when unbound, value)."""
+
+    objects: set[str] = field(default_factory=set)
+    colours: list[tuple[str | None, str]] = field(default_factory=list)
+    positions: list[tuple[str | None, str]] = field(default_factory=list)
+    numbers: list[tuple[str | None, int]] = field(default_factory=list)
+    yes_no: str | None = None
+    names: set[str] = field(default_factory=set)
+    weekdays: set[str] = field(default_factory=set)
+    sounds: set[str] = field(default_factory=set)
+
+    def colours_of(self, noun: str) -> set[str]:
+        return {c for n, c in self.colours if n == noun}
+
+    def positions_of(self, noun: str) -> set[str]:
+        return {p for n, p in self.positions if n == noun}
+
+
+def _bind_after(tokens: list[str], index: int) -> str | None:
+    """The noun right after `index`, over articles and size words ('red circle', 'large red circle')."""
+    for token in tokens[index + 1 : index + 4]:
+        if (noun := _noun(token)) is not None:
+            return noun
+        if token not in _SKIPPABLE and token not in COLOUR_WORDS:
+            return None
+    return None
+
+
+def _bind_before(nouns: list[tuple[int, str]], index: int) -> str | None:
+    """The nearest object noun before `index`, else the nearest scenery noun ("the circle's colour is red")."""
+    before = [noun for at, noun in nouns if at < index]
+    objects = [noun for noun in before if noun in OBJECT_NOUNS]
+    return objects[-1] if objects else (before[-1] if before else None)
+
+
+def _clause(tokens: list[str], claims: Claims) -> None:
+    nouns = [(i, n) for i, t in enumerate(tokens) if (n := _noun(t)) is not None]
+    for i, noun in nouns:
+        if noun in OBJECT_NOUNS and not _negated(tokens, i):
+            claims.objects.add(noun)
+    for i, token in enumerate(tokens):
+        if _negated(tokens, i):
+            continue
+        if token in COLOUR_WORDS:
+            bound = _bind_after(tokens, i) or _bind_before(nouns, i)
+            claims.colours.append((bound, _GREY.get(token, token)))
+        elif token in POSITION_WORDS:
+            bound = _bind_before(nouns, i) or next((n for at, n in nouns if at > i and n in SHAPE_NOUNS), None)
+            if bound is None or bound in OBJECT_NOUNS:
+                claims.positions.append((bound, POSITION_WORDS[token]))
+        elif (value := _number(token)) is not None:
+            counted = _bind_after(tokens, i)
+            # "the one who...", "one of them": a pronoun, unless it counts a noun or ends the clause ("Just one.").
+            clock = tokens[i + 1 : i + 2] in (["o'clock"], ["am"], ["pm"])
+            if value != 1 or token.isdigit() or counted is not None or clock or i == len(tokens) - 1:
+                claims.numbers.append((counted, value))
+
+
+def extract_claims(answer: str) -> Claims:
+    claims = Claims()
+    text = re.sub(r"'s\b", "", answer.lower().replace("’", "'"))
+    all_tokens = _TOKEN.findall(text)
+    for token in all_tokens:
+        if token in _NAMES:
+            claims.names.add(_NAMES[token])
+        if token in _WEEKDAYS:
+            claims.weekdays.add(_WEEKDAYS[token])
+        claims.sounds.update(label for label, words in SOUND_WORDS.items() if token in words)
+    if all_tokens and (all_tokens[0] in YES_WORDS or all_tokens[0] in NO_WORDS):
+        claims.yes_no = "yes" if all_tokens[0] in YES_WORDS else "no"
+    else:
+        found = [t for t in all_tokens if t in YES_WORDS or t in NO_WORDS]
+        if found:
+            claims.yes_no = "yes" if found[0] in YES_WORDS else "no"
+    for clause in _CLAUSE.split(text):
+        tokens = _TOKEN.findall(clause)
+        if tokens:
+            _clause(tokens, claims)
+    return claims
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """An answer judged against an item: correct, why not, and its objects for the CHAIR count."""
+
+    correct: bool
+    problems: tuple[str, ...]
+    objects: frozenset[str]  # objects the answer asserts (speaker words excluded for audio)
+    hallucinated: frozenset[str]  # of those, the ones not in the asked medium
+    yes_no: str | None
+
+
+def _singular(noun: str) -> str:
+    return _noun(noun) or noun
+
+
+def _image_problems(item: GoldenItem, claims: Claims) -> list[str]:
+    facts = item.facts
+    colours, positions = facts["colours"], facts["positions"]
+    problems = [f"{n} is not {c}" for n, c in claims.colours if n in colours and c != colours[n]]
+    problems += [f"{n} is not at {p}" for n, p in claims.positions if n in positions and p != positions[n]]
+    kind, shape = item.kind, str(facts.get("shape", ""))
+    unbound_colours = {c for n, c in claims.colours if n is None}
+    if kind in ("which_shapes", "describe"):
+        problems += [f"{k} not mentioned" for k in facts["objects"] if k not in claims.objects]
+        problems += [f"no {c} shape" for c in unbound_colours if c not in colours.values()]
+    elif kind == "colour_of":
+        said = claims.colours_of(shape) | unbound_colours
+        problems += [] if colours[shape] in said else [f"colour {colours[shape]} not given"]
+        problems += [f"{shape} is not {c}" for c in unbound_colours - {colours[shape]}]
+    elif kind == "count":
+        counted = {v for n, v in claims.numbers if n in (None, "shape")}
+        problems += [] if counted == {facts["count"]} else [f"count {sorted(counted)} != {facts['count']}"]
+    elif kind == "exists" and claims.yes_no != facts["expected"]:
+        problems.append(f"answered {claims.yes_no}, expected {facts['expected']}")
+    elif kind == "where":
+        said = claims.positions_of(shape) | {p for n, p in claims.positions if n is None}
+        problems += [] if said == {positions[shape]} else [f"position {sorted(said)} != {positions[shape]}"]
+    return problems
+
+
+def _only(found: set[str] | set[int], expected: object, what: str) -> list[str]:
+    return [] if found == {expected} else [f"{what} {sorted(map(str, found))} != {expected}"]
+
+
+# The sentence an audio question is about, from its kind or (for a transcript) from the slots the clip has.
+_SENTENCE_OF_KIND = {"when": "meeting", "who": "call", "how_many": "count", "favourite_colour": "colour"}
+_SENTENCE_OF_SLOT = {"weekday": "meeting", "name": "call", "noun": "count", "colour": "colour"}
+# Colours said of the speaker or of "colour" itself ("my favourite colour is red"), or unbound, answer the question.
+_COLOUR_HOLDERS = PERSON_NOUNS | {None, "colour", "color"}
+
+
+def _audio_problems(item: GoldenItem, claims: Claims) -> list[str]:
+    facts = item.facts
+    if item.kind == "sound":
+        return _only(claims.sounds, facts["sound"], "sound")
+    sentence = _SENTENCE_OF_KIND.get(item.kind) or next(v for k, v in _SENTENCE_OF_SLOT.items() if k in facts)
+    numbers = {v for _, v in claims.numbers if v > 0}
+    if sentence == "meeting":
+        hours = {v - 12 if v > 12 else v for v in numbers}
+        return _only(claims.weekdays, facts["weekday"], "weekday") + _only(hours, facts["hour"], "hour")
+    if sentence == "call":
+        return _only(claims.names, facts["name"], "name")
+    if sentence == "count":
+        noun = _singular(facts["noun"])
+        missing = [] if noun in claims.objects else [f"{facts['noun']} not mentioned"]
+        return missing + _only(numbers, facts["count"], "count")
+    return _only({c for n, c in claims.colours if n in _COLOUR_HOLDERS}, facts["colour"], "colour")
+
+
+def check_answer(item: GoldenItem, answer: str) -> Verdict:
+    """Judges `answer` against `item`: the right words and no wrong ones."""
+    claims = extract_claims(answer)
+    if item.target == "image":
+        objects = frozenset(claims.objects)
+        present = {_singular(o) for o in item.facts["objects"]}
+        problems = _image_problems(item, claims)
+    else:
+        objects = frozenset(claims.objects - PERSON_NOUNS)
+        present = {_singular(o) for o in item.facts["objects"]}
+        problems = _audio_problems(item, claims)
+    hallucinated = frozenset(objects - present)
+    problems = [f"{o} is not in the {item.target}" for o in sorted(hallucinated)] + problems
+    if not answer.strip():
+        problems.insert(0, "empty answer")
+    return Verdict(not problems, tuple(problems), objects, hallucinated, claims.yes_no)

@@ -1,0 +1,375 @@
+"""`tessera eval grounding`: golden items through the real server path, scored, sliced, reported and gated.
+
+Each item becomes one chat completion sent with the official `openai` SDK at temperature 0: the item's media
+parts in its `media_order` (the image as a PNG data URL `image_url`, the clip as base64 WAV `input_audio`), then
+the question as text. Answers are judged by grounding.answers. The guardrail's verdict is read from the response
+when the server attaches one (a `grounding` object with `flagged` or `passed`, on the completion or its choice,
+or a `refusal` on the message); without one, guardrail metrics are null, never guessed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from grounding.answers import check_answer
+from grounding.golden import GOLDEN_DIR, GoldenItem, read_items, write_golden_sets
+from grounding.report import cell, render_html
+from grounding.speech import wav_bytes
+from grounding.world import png_bytes
+
+Progress = Callable[[str], None]
+GATE = {"accuracy_min": 0.90, "hallucination_max": 0.04}
+DEFAULT_MODEL, SMOKE_MODEL = "large", "small"
+DEFAULT_MAX_TOKENS, SMOKE_MAX_TOKENS = 96, 16
+DEFAULT_BUDGET_S, SMOKE_BUDGET_S = 4 * 3600.0, 600.0
+REQUEST_TIMEOUT_S = 300.0
+
+
+class EvalFailure(RuntimeError):
+    """The eval could not run every step, or its results are malformed."""
+
+
+class Server(Protocol):
+    base: str  # http://host:port, without /v1
+    key: str
+
+
+Launcher = Callable[[list[str], Progress], AbstractContextManager[Server]]
+
+
+@dataclass
+class ItemResult:
+    id: str
+    model: str
+    mix: str
+    target: str
+    kind: str
+    question: str
+    reference: str
+    answer: str
+    correct: bool
+    problems: list[str]
+    objects: list[str]
+    hallucinated: list[str]
+    yes_no: str | None
+    expected: str | None  # the reference yes/no of an "exists" item
+    flagged: bool | None  # the guardrail's verdict, None when the response carried none
+    latency_s: float
+    error: str | None = None
+
+
+def request_messages(item: GoldenItem) -> list[dict[str, Any]]:
+    """One user message: the media in the item's order, then the question."""
+    parts: list[dict[str, Any]] = []
+    for medium in item.media_order:
+        if medium == "image":
+            url = "data:image/png;base64," + base64.b64encode(png_bytes(item.scene)).decode() if item.scene else ""
+            parts.append({"type": "image_url", "image_url": {"url": url}})
+        else:
+            data = base64.b64encode(wav_bytes(item.audio())).decode()
+            parts.append({"type": "input_audio", "input_audio": {"data": data, "format": "wav"}})
+    parts.append({"type": "text", "text": item.question})
+    return [{"role": "user", "content": parts}]
+
+
+def guardrail_flag(completion: dict[str, Any]) -> bool | None:
+    """True when the server's grounding guardrail failed the answer, False when it passed it, None if silent."""
+    choices = completion.get("choices") or [{}]
+    for holder in (choices[0], completion):
+        verdict = holder.get("grounding")
+        if isinstance(verdict, dict):
+            if isinstance(verdict.get("flagged"), bool):
+                return bool(verdict["flagged"])
+            if isinstance(verdict.get("passed"), bool):
+                return not verdict["passed"]
+    return True if (choices[0].get("message") or {}).get("refusal") else None
+
+
+def _result(item: GoldenItem, model: str, answer: str, flagged: bool | None, latency: float, error: str | None):
+    verdict = check_answer(item, answer)
+    problems = [f"request failed: {error}"] if error else list(verdict.problems)
+    return ItemResult(
+        id=item.id,
+        model=model,
+        mix=item.mix,
+        target=item.target,
+        kind=item.kind,
+        question=item.question,
+        reference=item.answer,
+        answer=answer,
+        correct=verdict.correct and error is None,
+        problems=problems,
+        objects=sorted(verdict.objects),
+        hallucinated=sorted(verdict.hallucinated),
+        yes_no=verdict.yes_no,
+        expected=item.facts.get("expected") if item.kind == "exists" else None,
+        flagged=flagged,
+        latency_s=round(latency, 3),
+        error=error,
+    )
+
+
+def ask(client: Any, model: str, item: GoldenItem, max_tokens: int) -> ItemResult:
+    """One item through the server; a refused or failed request is recorded as a wrong answer with its error."""
+    import openai
+
+    started = time.perf_counter()
+    try:
+        completion = client.chat.completions.create(
+            model=model, messages=request_messages(item), temperature=0, max_tokens=max_tokens
+        )
+    except openai.OpenAIError as exc:
+        return _result(item, model, "", None, time.perf_counter() - started, f"{type(exc).__name__}: {exc}"[:500])
+    data = completion.model_dump()
+    answer = (data["choices"][0]["message"].get("content") or "") if data.get("choices") else ""
+    return _result(item, model, answer, guardrail_flag(data), time.perf_counter() - started, None)
+
+
+def run_items(
+    client: Any, model: str, items: list[GoldenItem], *, max_tokens: int, deadline: float, progress: Progress
+) -> list[ItemResult]:
+    """Every item in turn until the list or the time (a `time.monotonic()` deadline) runs out."""
+    results: list[ItemResult] = []
+    for number, item in enumerate(items, 1):
+        if time.monotonic() > deadline:
+            progress(f"  {model}: time budget spent after {len(results)} of {len(items)} items")
+            break
+        results.append(result := ask(client, model, item, max_tokens))
+        right = sum(r.correct for r in results)
+        mark = "ok " if result.correct else ("ERR" if result.error else "-- ")
+        progress(
+            f"  {model} [{number}/{len(items)}] {mark} {item.id} {item.kind}: {result.answer[:60]!r} ({right} right)"
+        )
+    return results
+
+
+def _ratio(numerator: int, denominator: int) -> float | None:
+    return round(numerator / denominator, 4) if denominator else None
+
+
+def metrics(results: Iterable[ItemResult]) -> dict[str, Any]:
+    """Accuracy, CHAIR (per mention and per answer), POPE yes/no and guardrail precision/recall of `results`."""
+    rs = list(results)
+    mentioned = sum(len(r.objects) for r in rs)
+    pope = [r for r in rs if r.expected is not None]
+    said_yes = [r for r in pope if r.yes_no == "yes"]
+    judged = [r for r in rs if r.flagged is not None]
+    flagged = [r for r in judged if r.flagged]
+    wrong = [r for r in judged if not r.correct]
+    right = [r for r in judged if r.correct]
+    return {
+        "items": len(rs),
+        "errors": sum(r.error is not None for r in rs),
+        "accuracy": _ratio(sum(r.correct for r in rs), len(rs)),
+        "objects_mentioned": mentioned,
+        "hallucination_rate": _ratio(sum(len(r.hallucinated) for r in rs), mentioned),
+        "hallucinating_answers": _ratio(sum(bool(r.hallucinated) for r in rs), len(rs)),
+        "pope": {
+            "items": len(pope),
+            "accuracy": _ratio(sum(r.yes_no == r.expected for r in pope), len(pope)),
+            "yes_precision": _ratio(sum(r.expected == "yes" for r in said_yes), len(said_yes)),
+            "yes_recall": _ratio(
+                sum(r.yes_no == "yes" for r in pope if r.expected == "yes"), sum(r.expected == "yes" for r in pope)
+            ),
+            "yes_ratio": _ratio(len(said_yes), len(pope)),
+        },
+        "guardrail": None
+        if not judged
+        else {
+            "judged": len(judged),
+            "precision": _ratio(sum(not r.correct for r in flagged), len(flagged)),
+            "recall": _ratio(sum(bool(r.flagged) for r in wrong), len(wrong)),
+            "false_flag_rate": _ratio(sum(bool(r.flagged) for r in right), len(right)),
+        },
+    }
+
+
+def summarise(results: list[ItemResult]) -> dict[str, Any]:
+    """Metrics overall and sliced by modality mix and by question kind."""
+    by_mix = {m: metrics(r for r in results if r.mix == m) for m in sorted({r.mix for r in results})}
+    by_kind = {k: metrics(r for r in results if r.kind == k) for k in sorted({r.kind for r in results})}
+    return {"overall": metrics(results), "by_mix": by_mix, "by_kind": by_kind}
+
+
+def gate(summary: dict[str, Any]) -> list[str]:
+    """Why the results fall below the gate; empty when they pass."""
+    overall = summary["overall"]
+    failures = []
+    if (overall["accuracy"] or 0.0) < GATE["accuracy_min"]:
+        failures.append(f"accuracy {overall['accuracy']} < {GATE['accuracy_min']}")
+    if overall["hallucination_rate"] is not None and overall["hallucination_rate"] > GATE["hallucination_max"]:
+        failures.append(f"hallucination rate {overall['hallucination_rate']} > {GATE['hallucination_max']}")
+    return failures
+
+
+def _numbers(value: Any, path: str) -> Iterable[tuple[str, Any]]:
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            yield from _numbers(inner, f"{path}.{key}")
+    else:
+        yield path, value
+
+
+def check_well_formed(summary: dict[str, Any], expected_items: int) -> None:
+    """Fails unless every item was answered and every rate is null or a finite number in [0, 1]."""
+    overall = summary["overall"]
+    bad = [] if overall["items"] == expected_items else [f"{overall['items']} of {expected_items} items ran"]
+    bad += [] if overall["errors"] == 0 else [f"{overall['errors']} requests failed"]
+    for path, value in _numbers(summary, "summary"):
+        counted = path.endswith((".items", ".errors", ".objects_mentioned", ".judged"))
+        if counted and not (isinstance(value, int) and value >= 0):
+            bad.append(f"{path}={value!r} is not a count")
+        elif not counted and value is not None and not (isinstance(value, float) and math.isfinite(value)):
+            bad.append(f"{path}={value!r} is not a rate")
+        elif not counted and value is not None and not 0.0 <= value <= 1.0:
+            bad.append(f"{path}={value!r} is outside [0, 1]")
+    if bad:
+        raise EvalFailure("malformed results: " + "; ".join(bad))
+
+
+def _client(base_url: str, api_key: str) -> Any:
+    import openai
+
+    return openai.OpenAI(base_url=base_url, api_key=api_key, timeout=REQUEST_TIMEOUT_S, max_retries=0)
+
+
+def evaluate(
+    items: list[GoldenItem],
+    models: list[str],
+    base_url: str,
+    api_key: str,
+    *,
+    max_tokens: int,
+    budget_s: float,
+    progress: Progress,
+) -> dict[str, Any]:
+    """Runs `items` on each model at `base_url` (…/v1) and returns the report: settings, summaries, results."""
+    client = _client(base_url, api_key)
+    deadline = time.monotonic() + budget_s
+    report: dict[str, Any] = {
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "max_tokens": max_tokens,
+        "gate": {**GATE, "model": models[0]},
+        "models": {},
+    }
+    for model in models:
+        progress(f"evaluating {model} on {len(items)} items")
+        started = time.perf_counter()
+        results = run_items(client, model, items, max_tokens=max_tokens, deadline=deadline, progress=progress)
+        report["models"][model] = {
+            "seconds": round(time.perf_counter() - started, 1),
+            "summary": summarise(results),
+            "results": [asdict(r) for r in results],
+        }
+    failures = gate(report["models"][models[0]]["summary"])
+    report["gate"].update(passed=not failures, failures=failures)
+    return report
+
+
+def write_outputs(report: dict[str, Any], json_path: Path | None, html_path: Path | None) -> None:
+    for path, text in ((json_path, json.dumps(report, indent=2) + "\n"), (html_path, None)):
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text if text is not None else render_html(report))
+
+
+# -- command line ---------------------------------------------------------------------------------------------
+
+
+def add_eval_parser(subparsers: Any) -> None:
+    """Adds `eval grounding` (run a golden set) and `eval golden` (write or check the committed sets)."""
+    kinds = subparsers.add_parser("eval", help="Offline evals on golden sets.").add_subparsers(
+        dest="eval_command", required=True
+    )
+    g = kinds.add_parser("grounding", help="Grounding accuracy, hallucinated objects, POPE and guardrail, gated.")
+    g.add_argument(
+        "--set", type=Path, help="Golden JSONL (default grounding/golden/heldout.jsonl; smoke: smoke.jsonl)."
+    )
+    g.add_argument(
+        "--model", action="append", help="Model to evaluate, repeatable; the first is gated (default large)."
+    )
+    g.add_argument("--base-url", help="A running server's /v1 URL (default: start the embedded server).")
+    g.add_argument("--api-key", help="Its API key (default $TESSERA_API_KEY or $OPENAI_API_KEY).")
+    g.add_argument("--json", type=Path, help="Write the full results here.")
+    g.add_argument("--report", type=Path, help="Write an HTML report here.")
+    g.add_argument("--limit", type=int, help="Evaluate only the first N items.")
+    g.add_argument(
+        "--max-tokens", type=int, help=f"Answer length (default {DEFAULT_MAX_TOKENS}; smoke {SMOKE_MAX_TOKENS})."
+    )
+    g.add_argument(
+        "--budget-s", type=float, help="Stop sending items after this many seconds (default 4 h; smoke 600)."
+    )
+    g.add_argument(
+        "--smoke",
+        action="store_true",
+        help="The small set on the small model: checks every step runs and the metrics are well-formed, not the gate.",
+    )
+    gen = kinds.add_parser("golden", help="Regenerate the committed golden sets from their seeds.")
+    gen.add_argument("--out", type=Path, default=GOLDEN_DIR, help="Folder to write (default grounding/golden).")
+    gen.add_argument("--check", action="store_true", help="Only check that the files match their generator.")
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _run_grounding(args: argparse.Namespace, launch: Launcher, progress: Progress) -> dict[str, Any]:
+    path = args.set or GOLDEN_DIR / ("smoke.jsonl" if args.smoke else "heldout.jsonl")
+    items = read_items(path)[: args.limit] if args.limit else read_items(path)
+    if not items:
+        raise EvalFailure(f"{path} holds no items")
+    models = args.model or [SMOKE_MODEL if args.smoke else DEFAULT_MODEL]
+    max_tokens = args.max_tokens or (SMOKE_MAX_TOKENS if args.smoke else DEFAULT_MAX_TOKENS)
+    budget = args.budget_s or (SMOKE_BUDGET_S if args.smoke else DEFAULT_BUDGET_S)
+    run = {"max_tokens": max_tokens, "budget_s": budget, "progress": progress}
+    progress(f"{len(items)} items from {path}")
+    if args.base_url:
+        key = args.api_key or os.environ.get("TESSERA_API_KEY") or os.environ.get("OPENAI_API_KEY") or ""
+        report = evaluate(items, models, args.base_url, key, **run)  # type: ignore[arg-type]
+    else:
+        progress(f"starting the embedded server (pools {', '.join(models)})")
+        with launch(models, progress) as server:
+            report = evaluate(items, models, server.base + "/v1", server.key, **run)  # type: ignore[arg-type]
+    report.update(set=str(path), smoke=bool(args.smoke))
+    return report
+
+
+def run_eval(args: argparse.Namespace, launch: Launcher, progress: Progress = _stderr) -> None:
+    """Dispatches `tessera eval ...`; exits non-zero below the gate (or, with --smoke, on any malformed step)."""
+    if args.eval_command == "golden":
+        result = write_golden_sets(args.out, check=args.check)
+        for name, ok in result.items():
+            progress(f"{name}: {'matches its generator' if args.check and ok else 'written' if ok else 'DIFFERS'}")
+        if not all(result.values()):
+            raise SystemExit("golden sets differ from their generator; run `tessera eval golden` and commit them")
+        return
+    try:
+        report = _run_grounding(args, launch, progress)
+        write_outputs(report, args.json, args.report)
+        for model, run in report["models"].items():
+            o = run["summary"]["overall"]
+            progress(
+                f"{model}: accuracy {cell(o, 'accuracy')}, hallucinated objects {cell(o, 'hallucination_rate')}, "
+                f"POPE {cell(o, 'pope.accuracy')}, guardrail P/R {cell(o, 'guardrail.precision')}/"
+                f"{cell(o, 'guardrail.recall')}"
+            )
+            if args.smoke:
+                expected = len(read_items(Path(report["set"]))[: args.limit or None])
+                check_well_formed(run["summary"], expected)
+    except EvalFailure as exc:
+        raise SystemExit(f"eval grounding failed: {exc}") from exc
+    if args.smoke:
+        progress("smoke: every step ran and the metrics are well-formed (the gate is not applied)")
+    elif not report["gate"]["passed"]:
+        raise SystemExit("below the gate: " + "; ".join(report["gate"]["failures"]))
