@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from sqlalchemy import Index
+from sqlalchemy import JSON, Column, Index
 from sqlmodel import Field, SQLModel
 
 MODALITY_TEXT, MODALITY_IMAGE, MODALITY_AUDIO = 1, 2, 4
@@ -74,6 +74,8 @@ class InferenceRequest(SQLModel, table=True):
     cached_audio_tokens: int = 0
     cost_micros: int = 0
     grounding_score: float | None = None
+    # The answer's claims its media did not support, as the grounding scorer worded them (null until scored).
+    grounding_unsupported: list[str] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
     created_at: datetime = Field(default_factory=utcnow, index=True)
     owner: str | None = Field(default=None, max_length=36, index=True)  # the gateway instance running it
 

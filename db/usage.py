@@ -18,13 +18,17 @@ def record_usage(engine: Engine, row: InferenceRequest, outbox: Sequence[SQLMode
         s.commit()
 
 
-def set_grounding_score(engine: Engine, request_id: str, score: float) -> bool:
-    """Store the grounding score of a request whose usage row exists; False when there is no such row."""
+def set_grounding_score(
+    engine: Engine, request_id: str, score: float, unsupported: Sequence[str] | None = None
+) -> bool:
+    """Store the grounding score of a request whose usage row exists (and the claims its media did not support);
+    False when there is no such row."""
     with Session(engine) as s:
         row = s.get(InferenceRequest, request_id)
         if row is None:
             return False
         row.grounding_score = score
+        row.grounding_unsupported = list(unsupported) if unsupported is not None else None
         s.add(row)
         s.commit()
         return True

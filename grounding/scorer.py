@@ -30,14 +30,24 @@ through CTranslate2's intra_threads=1, MiniLM on a dedicated thread whose OpenMP
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from grounding.claims import split_claims, transcript_chunks
+from grounding.image_evidence import check_image_claims
 from grounding.models import MiniLMEmbedder, WhisperTranscriber, default_minilm_dir, default_whisper_dir
+from serving.detection import ImageFindings
 
 SUPPORT_THRESHOLD = 0.55
+
+
+@dataclass(frozen=True)
+class GroundingResult:
+    score: float  # supported claims over claims, 0..1
+    claims: int
+    unsupported: tuple[str, ...]
 
 
 class GroundingScorer:
@@ -91,3 +101,29 @@ class GroundingScorer:
         if audio_pcm16k is None or np.asarray(audio_pcm16k).size == 0:
             return None
         return self.score(answer, self.transcribe(audio_pcm16k))
+
+    def score_media(
+        self, answer: str, audio_pcm16k: np.ndarray | None, images: tuple[ImageFindings, ...] = ()
+    ) -> GroundingResult | None:
+        """The score of an answer against all the evidence its request carried: the image claims against what the
+        vision tower detected, the sentences against the audio transcript. With both media, a sentence the
+        transcript does not support but whose image claims were checked is left to the image check. None when
+        there is no evidence (no audio, and no tower that detects)."""
+        has_audio = audio_pcm16k is not None and np.asarray(audio_pcm16k).size > 0
+        if not has_audio and not images:
+            return None
+        claims, unsupported = 0, []
+        if images:
+            check = check_image_claims(answer, images)
+            claims, unsupported = check.claims, list(check.unsupported)
+        if has_audio:
+            assert audio_pcm16k is not None
+            for sentence, best in self.claim_support(answer, self.transcribe(audio_pcm16k)):
+                if best < self.support_threshold and images and check_image_claims(sentence, images).claims:
+                    continue
+                claims += 1
+                if best < self.support_threshold:
+                    unsupported.append(sentence)
+        if not claims:  # as `score`: audio with nothing checkable scores 0; an image answer with none, 1
+            return GroundingResult(0.0 if has_audio else 1.0, 0, ())
+        return GroundingResult((claims - len(unsupported)) / claims, claims, tuple(unsupported))

@@ -1,9 +1,11 @@
 """Grounding scores for finished requests, off the request path: the grounding subscriber of completion records.
 
-A completed request that carried audio is scored after its usage row is written (metering runs before this
-subscriber on the completion bus): the answer's claims against a transcript of the audio (see
-`grounding.scorer`). One worker thread does the scoring, so a burst of audio
-requests never takes more than one core from the engines; when more than `max_pending` requests wait, new ones
+A completed request with evidence to check is scored after its usage row is written (metering runs before this
+subscriber on the completion bus): the answer's sentences against a transcript of its audio, and its claims
+about images against what the pool's vision tower detected, where that tower has a label head (see
+`grounding.scorer` and `grounding.image_evidence`). The score and the unsupported claims are stored on the
+usage row. One worker thread does the scoring, so a burst of media requests never takes more than one core from
+the engines; when more than `max_pending` requests wait, new ones
 go unscored (counted in `tessera_grounding_skipped`), because a score is a quality signal, not a bill.
 """
 
@@ -21,6 +23,7 @@ from sqlalchemy import Engine
 from db.usage import set_grounding_score
 from grounding.scorer import GroundingScorer
 from serving.background import BackgroundTasks
+from serving.detection import ImageFindings
 from serving.record import CompletionRecord
 
 logger = logging.getLogger(__name__)
@@ -38,7 +41,7 @@ class GroundingService:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grounding")
         self.scored = Counter("tessera_grounding_scored", "Requests given a grounding score.", registry=registry)
         self.skipped = Counter(
-            "tessera_grounding_skipped", "Audio requests left unscored because the scorer was busy.", registry=registry
+            "tessera_grounding_skipped", "Requests left unscored because the scorer was busy.", registry=registry
         )
         self.failed = Counter("tessera_grounding_failed", "Grounding scores that failed.", registry=registry)
         self.seconds = Histogram(
@@ -59,22 +62,28 @@ class GroundingService:
         return cls(db, scorer, tasks, registry=registry)
 
     def __call__(self, record: CompletionRecord) -> None:
-        """Schedule a score for a completed request that carried audio; skipped when too many already wait."""
-        if record.status != "completed" or not record.audio:
+        """Schedule a score for a completed request with evidence to check (audio, or images a tower detected
+        shapes in); skipped when too many already wait."""
+        if record.status != "completed" or not (record.audio or record.images):
             return
         if self._pending >= self._max_pending:
             self.skipped.inc()
             return
         self._pending += 1
-        self._tasks.spawn(self._score(record.request_id, record.answer, record.audio[0]))
+        audio = record.audio[0] if record.audio else None
+        self._tasks.spawn(self._score(record.request_id, record.answer, audio, record.images))
 
-    async def _score(self, request_id: str, answer: str, audio: np.ndarray) -> None:
+    async def _score(
+        self, request_id: str, answer: str, audio: np.ndarray | None, images: tuple[ImageFindings, ...]
+    ) -> None:
         try:
             loop = asyncio.get_running_loop()
             started = loop.time()
-            score = await loop.run_in_executor(self._executor, self._scorer.score_request, answer, audio)
+            result = await loop.run_in_executor(self._executor, self._scorer.score_media, answer, audio, images)
             self.seconds.observe(loop.time() - started)
-            if score is not None and await asyncio.to_thread(set_grounding_score, self._db, request_id, score):
+            if result is not None and await asyncio.to_thread(
+                set_grounding_score, self._db, request_id, result.score, result.unsupported
+            ):
                 self.scored.inc()
         except Exception:
             self.failed.inc()

@@ -75,7 +75,9 @@ def describe_label(label: int) -> tuple[str, str] | None:
 
 def cell_labels(scene: Scene, rows: int, cols: int) -> np.ndarray:
     """For each merged token (a `rows` x `cols` raster over the image), the label of the shape covering the centre
-    of its cell, or 0. A shape covers a point within 0.9 of its radius, so a cell only grazing an outline is empty."""
+    of its cell, or 0. A shape covers a point within 0.9 of its radius, so a cell only grazing an outline is empty;
+    and every shape labels at least the cell holding its own centre, since at the served resolution (a cell is
+    28 px of an image resized to at most 224x224) a small shape covers no cell's centre."""
     out = np.zeros((rows, cols), dtype=np.int64)
     for r in range(rows):
         y = (r + 0.5) * scene.height / rows
@@ -84,6 +86,10 @@ def cell_labels(scene: Scene, rows: int, cols: int) -> np.ndarray:
             for shape in scene.shapes:
                 if math.hypot(x - shape.cx, y - shape.cy) <= 0.9 * shape.radius:
                     out[r, c] = label_of(shape.kind, shape.colour)
+    for shape in scene.shapes:
+        r = min(rows - 1, int(shape.cy * rows / scene.height))
+        c = min(cols - 1, int(shape.cx * cols / scene.width))
+        out[r, c] = label_of(shape.kind, shape.colour)
     return out
 
 
@@ -337,7 +343,8 @@ class Trainer:
         tensors.update({f"label_head.{k}": v.detach().contiguous() for k, v in self.head.state_dict().items()})
         out_dir.mkdir(parents=True, exist_ok=True)
         path = out_dir / WEIGHTS_NAME.format(pool=self.config.pool)
-        save_file(tensors, str(path), metadata={"lora_scale": str(self.config.lora_scale)})
+        names = [f"{shape}:{colour}" for shape in SHAPES for colour in COLOURS]  # label i + 1, as `label_of`
+        save_file(tensors, str(path), metadata={"lora_scale": str(self.config.lora_scale), "labels": json.dumps(names)})
         manifest = {
             "config": asdict(self.config),
             "weights_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),

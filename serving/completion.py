@@ -43,6 +43,7 @@ class Submission:
     cached_media_tokens: dict[str, int] = field(default_factory=dict)
     degraded: tuple[str, ...] = ()
     audio: tuple[Any, ...] = ()
+    images: tuple[Any, ...] = ()  # ImageFindings per image, where the pool's tower has a label head
     tools: ToolPlan | None = None
 
 
@@ -261,6 +262,7 @@ class Completion:
             caller=s.caller,
             answer=self.text,
             audio=s.audio,
+            images=s.images,
             pre_engine_s=s.submitted - s.started,
             ttft_s=None if self.first_token_at is None else self.first_token_at - s.started,
             total_s=now - s.started,

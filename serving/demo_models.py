@@ -22,6 +22,7 @@ MANIFEST_NAME = "tessera-demo.json"
 # tower (`thinker.visual.*`), LoRA updates for the text model's q and v (`lora.<layer>.<q_proj|v_proj>.<a|b>`, with
 # the scale in the metadata) and the tower's label head (`label_head.*`). A pool without one keeps random towers.
 DEMO_WEIGHTS_DIR = Path(__file__).resolve().parent / "demo_weights"
+LABEL_HEAD_FILE = "label_head.safetensors"  # as serving.detection reads it
 
 # vLLM's chat formatting hard-codes these marker names for Qwen2.5-Omni.
 MEDIA_TOKENS = {
@@ -189,12 +190,14 @@ def merge_lora(state: dict[str, Any], lora: dict[str, Any], scale: float, prefix
         state[target] = (state[target] + scale * (b @ a)).contiguous()
 
 
-def apply_grounding(state: dict[str, Any], path: Path) -> None:
-    """Puts trained grounding weights into a checkpoint's state: the vision tower replaced, the LoRA merged."""
+def apply_grounding(state: dict[str, Any], path: Path) -> tuple[dict[str, Any], dict[str, str]]:
+    """Puts trained grounding weights into a checkpoint's state (the vision tower replaced, the LoRA merged) and
+    returns the tower's label head with its metadata (the label names), for `serving.detection`."""
     from safetensors import safe_open
 
     with safe_open(str(path), framework="pt") as f:
-        scale = float((f.metadata() or {})["lora_scale"])
+        metadata = f.metadata() or {}
+        scale = float(metadata["lora_scale"])
         tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open has no __iter__)
     tower = {k: v for k, v in tensors.items() if k.startswith("thinker.visual.")}
     misfits = [k for k, v in tower.items() if k not in state or state[k].shape != v.shape]
@@ -202,6 +205,8 @@ def apply_grounding(state: dict[str, Any], path: Path) -> None:
         raise RuntimeError(f"{path} does not fit this checkpoint's vision tower: {misfits[:4]}")
     state.update(tower)
     merge_lora(state, {k: v for k, v in tensors.items() if k.startswith("lora.")}, scale)
+    head = {k.removeprefix("label_head."): v for k, v in tensors.items() if k.startswith("label_head.")}
+    return head, {"labels": metadata.get("labels", "[]")}
 
 
 def build_demo_checkpoints(
@@ -394,10 +399,14 @@ def _build_one(spec: DemoSpec, path: Path, source: _SmolLM2Source, progress: Pro
     progress("  writing weights, config, tokenizer and processor")
     state = {f"thinker.{k}": v.contiguous() for k, v in thinker.state_dict().items()}
     trained = grounding_weights(spec.name) if grounded else None
+    head: dict[str, Any] = {}
+    head_metadata: dict[str, str] = {}
     if trained is not None:
         progress(f"  applying trained grounding weights {trained.name}")
-        apply_grounding(state, trained)
+        head, head_metadata = apply_grounding(state, trained)
     save_file(state, str(staging / "model.safetensors"), metadata={"format": "pt"})
+    if head:
+        save_file(head, str(staging / LABEL_HEAD_FILE), metadata=head_metadata)
     config.save_pretrained(staging)
     _build_processor(spec, tokenizer).save_pretrained(staging)
     # transformers' from_pretrained for the Omni class expects a speaker map even without a talker.

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from serving.detection import LabelHead
 from serving.encoder_placement import EncoderPlacement
 from serving.errors import Unavailable
 
@@ -183,6 +184,7 @@ class VisionEncoderPool:
         self.geometry, self.identity = self._describe()
         self.fault: Callable[[Any], Any] | None = None  # test hook: transforms the tower's output
         self.warmup_s: float | None = None  # how long the warm-up batch took; None until it ran
+        self.label_head: LabelHead | None = None  # what the tower detects, where it was trained for grounding
 
     def _describe(self) -> tuple[VisionGeometry, str]:
         image = image_processor_config(self.checkpoint)
@@ -214,6 +216,7 @@ class VisionEncoderPool:
         model.to(torch.device(self.placement.device)).eval()
         self._model = model
         self._processor = AutoImageProcessor.from_pretrained(self.checkpoint)
+        self.label_head = LabelHead.load(self.checkpoint)
         logger.info(
             "vision encoder pool loaded from %s on %s in %s (window %.0f ms, max batch %d)",
             self.checkpoint,

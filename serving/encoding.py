@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from serving.cache import CachedEmbedding, CacheScope, EmbeddingCache, cache_key
+from serving.detection import ImageFindings
 from serving.encoders import AudioFeatures, EncoderFailure, ImageEmbedding
 from serving.ingest import MediaIngest, MessagePlan, ProbedMedia
 from serving.media.audio import LoadedAudio
@@ -219,3 +220,13 @@ def affinity_key(encoded: EncodedMedia, cache_salt: str | None, system_prompt: s
     if system_prompt:
         return "prefix:" + hashlib.sha256(f"{cache_salt or ''}\0{system_prompt}".encode()).hexdigest()
     return None
+
+
+def image_findings(pool: ModelPool, encoded: EncodedMedia) -> tuple[ImageFindings, ...]:
+    """What the pool's tower saw in each image, read off the embeddings it produced (or the cache held); empty
+    where the tower has no label head or the engine encodes the images itself."""
+    vision = pool.vision
+    if not encoded.image_embeds or vision is None or vision.label_head is None:
+        return ()
+    merge = vision.geometry.merge_size
+    return tuple(vision.label_head.findings(e.embeds, e.grid_thw, merge) for e in encoded.image_embeds)

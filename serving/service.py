@@ -19,7 +19,7 @@ from typing import Any
 from serving.admission import PRIORITIES
 from serving.background import BackgroundTasks
 from serving.completion import Completion, Settlement, Submission
-from serving.encoding import MediaEncoder, affinity_key, engine_media
+from serving.encoding import MediaEncoder, affinity_key, engine_media, image_findings
 from serving.engine import EngineRequest, GenerationParams
 from serving.errors import InvalidRequest
 from serving.ingest import MessageLike, MessagePlan, ProbedMedia
@@ -163,6 +163,7 @@ class InferenceService:
             cached_media_tokens=dict(encoded.cached_tokens),
             degraded=tuple(encoded.degraded),
             audio=tuple(a.samples for a in encoded.audios),
+            images=image_findings(pool, encoded),
             tools=request.tools,
         )
         return submission, settlement

@@ -86,6 +86,7 @@ def _receipt(row: InferenceRequest) -> dict[str, Any]:
         "total_latency_ms": row.total_latency_ms,
         "cost_micros": row.cost_micros,
         "grounding_score": row.grounding_score,
+        "grounding_unsupported": row.grounding_unsupported,
     }
 
 

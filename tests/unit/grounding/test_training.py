@@ -29,7 +29,8 @@ def test_labels_name_every_shape_and_colour_once():
 def test_cells_under_a_shape_carry_its_label_and_the_rest_are_empty():
     cells = cell_labels(_scene(), rows=4, cols=8)  # 50 px cells
     assert cells[1, 0] == label_of("circle", "red")  # (25, 75) is 35 px from the centre: within 0.9 r
-    assert cells[1, 7] == 0  # the small star covers no cell centre: (375, 75) is 35 px away
+    assert cells[2, 7] == label_of("star", "blue")  # covers no cell's centre, but holds its own centre
+    assert (cells == label_of("star", "blue")).sum() == 1
     assert cells[0, 3] == 0
     assert set(cells.reshape(-1).tolist()) <= {0, label_of("circle", "red"), label_of("star", "blue")}
 
@@ -65,5 +66,7 @@ def test_trained_weights_must_fit_the_whole_tower(tmp_path):
         str(whole),
         metadata={"lora_scale": "2.0"},
     )
-    apply_grounding(state, whole)
+    head, metadata = apply_grounding(state, whole)
+    assert head == {}
+    assert metadata == {"labels": "[]"}
     assert torch.equal(state["thinker.visual.b"], torch.ones(2))

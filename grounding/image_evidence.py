@@ -1,0 +1,79 @@
+"""Checking an answer's claims about images against what the vision tower detected (serving.detection).
+
+The detections become facts of the synthetic world: which shapes are there, each one's colour and position
+(from the centroid of its tokens: within 17% of the middle on both axes is the centre, otherwise the side of the
+axis it is furthest along), and how many. Size is not judged: at the served resolution a shape covers one to a
+few tokens whatever its size. Claims come from `grounding.answers.extract_claims`, and each is supported or not:
+- an object: a detected shape; anything else (a woman, a tree) is unsupported;
+- a colour bound to a shape: that shape was detected in that colour; an unbound colour: some shape has it;
+- a position bound to a shape: that shape's position;
+- a count of shapes: the number of shapes detected.
+An answer that asserts nothing checkable (a bare "Yes.") has no claims: nothing in it is unsupported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from grounding.answers import SHAPE_NOUNS, extract_claims
+from serving.detection import ImageFindings
+
+CENTRE_BAND = 0.17  # half-width of the centre, as a fraction of each side
+
+
+def position_of(row: float, col: float) -> str:
+    dy, dx = row - 0.5, col - 0.5
+    if abs(dx) < CENTRE_BAND and abs(dy) < CENTRE_BAND:
+        return "centre"
+    if abs(dx) >= abs(dy):
+        return "left" if dx < 0 else "right"
+    return "top" if dy < 0 else "bottom"
+
+
+def findings_facts(findings: tuple[ImageFindings, ...]) -> dict[str, Any]:
+    """The world facts the detections show, over every image of the request. A shape seen in two colours (a
+    label head unsure of a few tokens) keeps the colour covering more tokens."""
+    best: dict[str, tuple[int, str, str]] = {}
+    for image in findings:
+        for d in image.detections:
+            shape, _, colour = d.label.partition(":")
+            if d.cells > best.get(shape, (0, "", ""))[0]:
+                best[shape] = (d.cells, colour, position_of(d.row, d.col))
+    return {
+        "objects": sorted(best),
+        "colours": {shape: colour for shape, (_, colour, _) in best.items()},
+        "positions": {shape: position for shape, (_, _, position) in best.items()},
+        "count": len(best),
+    }
+
+
+@dataclass(frozen=True)
+class ImageCheck:
+    claims: int
+    unsupported: tuple[str, ...]
+
+    @property
+    def supported(self) -> int:
+        return self.claims - len(self.unsupported)
+
+
+def check_image_claims(answer: str, findings: tuple[ImageFindings, ...]) -> ImageCheck:
+    facts = findings_facts(findings)
+    claims = extract_claims(answer)
+    colours, positions = facts["colours"], facts["positions"]
+    verdicts: list[tuple[str, bool]] = []
+    for obj in sorted(claims.objects):
+        verdicts.append((f"a {obj}", obj in facts["objects"]))
+    for noun, colour in claims.colours:
+        if noun is None:
+            verdicts.append((f"something {colour}", colour in colours.values()))
+        elif noun in SHAPE_NOUNS:
+            verdicts.append((f"the {noun} is {colour}", colours.get(noun) == colour))
+    for noun, position in claims.positions:
+        if noun in SHAPE_NOUNS:
+            verdicts.append((f"the {noun} is at {position}", positions.get(noun) == position))
+    for noun, value in claims.numbers:
+        if noun in (None, "shape"):
+            verdicts.append((f"{value} shapes", value == facts["count"]))
+    return ImageCheck(len(verdicts), tuple(claim for claim, ok in verdicts if not ok))

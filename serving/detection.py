@@ -1,0 +1,75 @@
+"""What a trained vision tower sees: its label head read over an image's merged tokens.
+
+A checkpoint whose tower was trained for grounding (`tessera models train-demo`) carries `label_head.safetensors`:
+a linear map from each merged image token to labels, label 0 meaning "nothing here" and the rest named in the
+file's metadata (`{"labels": [...]}`, e.g. "circle:red"). Applied to the embeddings the encoder pool already
+produced (fresh or from the embedding cache), it costs one small matrix product per image. Tokens are grouped by
+label: each label seen becomes a `Detection` with the number of tokens it covers and their centroid, in the
+image's own coordinates (0 at the top or left, 1 at the bottom or right). This is the evidence the grounding
+scorer checks an answer's claims about an image against.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+LABEL_HEAD_FILE = "label_head.safetensors"
+
+
+@dataclass(frozen=True)
+class Detection:
+    label: str
+    cells: int  # merged tokens showing it
+    row: float  # centroid, 0 (top) to 1 (bottom)
+    col: float  # centroid, 0 (left) to 1 (right)
+
+
+@dataclass(frozen=True)
+class ImageFindings:
+    rows: int  # merged-token grid of the image
+    cols: int
+    detections: tuple[Detection, ...]
+
+
+class LabelHead:
+    def __init__(self, weight: Any, bias: Any, labels: list[str]) -> None:
+        if weight.shape[0] != len(labels) + 1 or bias.shape != (weight.shape[0],):
+            raise ValueError(f"a label head of {weight.shape[0]} outputs cannot name {len(labels)} labels plus none")
+        self.weight = weight
+        self.bias = bias
+        self.labels = labels
+
+    @classmethod
+    def load(cls, checkpoint: Path) -> LabelHead | None:
+        """The checkpoint's label head, or None when its tower was not trained for grounding."""
+        path = checkpoint / LABEL_HEAD_FILE
+        if not path.is_file():
+            return None
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="pt") as f:
+            labels = json.loads((f.metadata() or {})["labels"])
+            return cls(f.get_tensor("weight"), f.get_tensor("bias"), list(labels))
+
+    def findings(self, embeds: Any, grid_thw: tuple[int, int, int], merge_size: int = 2) -> ImageFindings:
+        """The labels over one image's merged tokens ([tokens, hidden], in raster order of the merged grid)."""
+        import torch
+
+        _, h, w = grid_thw
+        rows, cols = h // merge_size, w // merge_size
+        with torch.inference_mode():
+            predicted = (embeds.float() @ self.weight.t() + self.bias).argmax(-1).reshape(-1)
+        if predicted.numel() != rows * cols:
+            raise ValueError(f"{predicted.numel()} tokens do not form a {rows}x{cols} grid")
+        detections = []
+        for label in sorted(set(predicted.tolist()) - {0}):
+            where = (predicted == label).nonzero().reshape(-1)
+            r = (where // cols).float() + 0.5
+            c = (where % cols).float() + 0.5
+            detections.append(
+                Detection(self.labels[label - 1], int(where.numel()), float(r.mean()) / rows, float(c.mean()) / cols)
+            )
+        return ImageFindings(rows, cols, tuple(detections))

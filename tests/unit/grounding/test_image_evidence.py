@@ -1,0 +1,73 @@
+"""Image claims checked against what a label head detected."""
+
+from __future__ import annotations
+
+import torch
+
+from grounding.image_evidence import check_image_claims, findings_facts, position_of
+from serving.detection import Detection, ImageFindings, LabelHead
+
+RED_CIRCLE_LEFT = Detection("circle:red", cells=3, row=0.5, col=0.2)
+BLUE_STAR_TOP = Detection("star:blue", cells=1, row=0.15, col=0.5)
+FINDINGS = (ImageFindings(8, 8, (RED_CIRCLE_LEFT, BLUE_STAR_TOP)),)
+
+
+def test_positions_follow_the_world_layout():
+    assert position_of(0.5, 0.5) == "centre"
+    assert position_of(0.5, 0.18) == "left"
+    assert position_of(0.82, 0.5) == "bottom"
+    assert position_of(0.2, 0.6) == "top"
+
+
+def test_facts_keep_the_colour_covering_more_tokens():
+    noisy = (ImageFindings(8, 8, (RED_CIRCLE_LEFT, Detection("circle:orange", 1, 0.5, 0.25))),)
+    facts = findings_facts(noisy)
+    assert facts["colours"] == {"circle": "red"}
+    assert facts["count"] == 1
+
+
+def test_a_right_answer_is_wholly_supported():
+    check = check_image_claims("There are two shapes: a red circle on the left and a blue star at the top.", FINDINGS)
+    assert check.claims >= 5
+    assert check.unsupported == ()
+
+
+def test_invented_objects_wrong_colours_and_counts_are_unsupported():
+    check = check_image_claims("A woman in a white dress. The circle is green. There are three shapes.", FINDINGS)
+    assert "a woman" in check.unsupported
+    assert "a dress" in check.unsupported
+    assert "the circle is green" in check.unsupported
+    assert "3 shapes" in check.unsupported
+    assert check.supported >= 1  # the circle itself is there
+
+
+def test_a_label_head_groups_tokens_by_label():
+    labels = ["circle:red", "star:blue"]
+    weight = torch.zeros(3, 4)
+    weight[1, 0] = weight[2, 1] = 1.0
+    weight[0, 2] = 0.5  # "nothing here" wins on tokens with neither feature
+    head = LabelHead(weight, torch.zeros(3), labels)
+    embeds = torch.zeros(4, 4)  # a 2x2 grid: circle top-left and bottom-left, star bottom-right
+    embeds[0, 0] = embeds[2, 0] = embeds[3, 1] = 1.0
+    embeds[1, 2] = 1.0
+    findings = head.findings(embeds, (1, 4, 4), merge_size=2)
+    assert (findings.rows, findings.cols) == (2, 2)
+    by_label = {d.label: d for d in findings.detections}
+    assert by_label["circle:red"].cells == 2
+    assert (by_label["circle:red"].row, by_label["circle:red"].col) == (0.5, 0.25)
+    assert (by_label["star:blue"].row, by_label["star:blue"].col) == (0.75, 0.75)
+
+
+def test_a_request_with_detections_and_no_audio_is_scored_on_its_image_claims():
+    from grounding.scorer import GroundingScorer
+
+    scorer = GroundingScorer()
+    try:
+        result = scorer.score_media("The circle is red. A tree stands behind it.", None, FINDINGS)
+        assert result is not None
+        assert result.unsupported == ("a tree",)
+        assert result.score == (result.claims - 1) / result.claims
+        assert scorer.score_media("Yes.", None, FINDINGS) == type(result)(1.0, 0, ())
+        assert scorer.score_media("Anything.", None, ()) is None  # no evidence: no score
+    finally:
+        scorer.close()
