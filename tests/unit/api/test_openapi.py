@@ -3,21 +3,17 @@ operation is in it with its body and its errors in OpenAI's shape, and inputs th
 
 from __future__ import annotations
 
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import contextmanager
 from datetime import UTC, datetime
 
 import pytest
-from litestar.testing import TestClient
 
-from api.app import create_app
-from api.auth import Authenticator
 from api.routes.usage import _when
 from api.settings import Settings
-from api.state import AppState
 from serving.errors import InvalidRequest
-from serving.pools import PoolRegistry
 from tenancy.directory import Directory
 from tests.dbs import migrated
+from tests.light_app import light_client
 
 ADMIN_KEY = "sk-unit-admin"
 SECRET = "unit-secret"
@@ -37,25 +33,7 @@ def directory(db):
 @contextmanager
 def _serve(tmp_path, db, directory):
     settings = Settings(data_dir=tmp_path, key_secret=SECRET, admin_key=ADMIN_KEY, demo_tenant=None)
-
-    @asynccontextmanager
-    async def light_state(s: Settings):
-        yield AppState(
-            settings=s,
-            pools=PoolRegistry([]),
-            service=None,
-            quotas=None,
-            metrics=None,
-            db=db,
-            directory=directory,
-            auth=Authenticator(directory, s.admin_key),
-            demo_key=None,
-            demo_key_new=False,
-            prices=None,
-            limiter=None,
-        )
-
-    with TestClient(create_app(settings, state_factory=light_state)) as test_client:
+    with light_client(settings, db, directory) as test_client:
         yield test_client
 
 

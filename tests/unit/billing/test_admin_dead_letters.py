@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from litestar.testing import TestClient
 from sqlmodel import Session
 
-from api.app import create_app
-from api.auth import Authenticator
 from api.settings import Settings
-from api.state import AppState
 from db.models import BillingOutbox
-from serving.pools import PoolRegistry
 from tenancy.directory import Directory
 from tests.dbs import migrated
+from tests.light_app import light_client
 
 ADMIN_KEY = "sk-unit-admin"
 
@@ -31,24 +26,7 @@ def client(tmp_path, db):
     settings = Settings(data_dir=tmp_path, key_secret="unit-secret", admin_key=ADMIN_KEY, demo_tenant=None)
     directory = Directory(db, "unit-secret")
 
-    @asynccontextmanager
-    async def light_state(s: Settings):
-        yield AppState(
-            settings=s,
-            pools=PoolRegistry([]),
-            service=None,
-            quotas=None,
-            metrics=None,
-            db=db,
-            directory=directory,
-            auth=Authenticator(directory, s.admin_key),
-            demo_key=None,
-            demo_key_new=False,
-            prices=None,
-            limiter=None,
-        )
-
-    with TestClient(create_app(settings, state_factory=light_state)) as test_client:
+    with light_client(settings, db, directory) as test_client:
         yield test_client
 
 
