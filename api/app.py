@@ -192,6 +192,7 @@ def create_app(
             "auth": slot.provider(lambda s: s.auth),
             "limiter": slot.provider(lambda s: s.limiter),
             "cache": slot.provider(lambda s: s.cache),
+            "grounding": slot.provider(lambda s: s.grounding),
             "console_sessions": slot.provider(lambda s: ConsoleSessions(s.db, session_lifetime_s)),
             "signed_in": Provide(tenant_principal),
             "console_admin": Provide(admin_principal),

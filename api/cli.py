@@ -119,10 +119,17 @@ def train_demo(args: argparse.Namespace) -> None:
 
     settings = Settings()
     work = args.work_dir or settings.data_dir / "train"
-    overrides = {k: v for k, v in (("steps", args.steps), ("batch", args.batch)) if v is not None}
+    pairs = (("steps", args.steps), ("batch", args.batch), ("audio_steps", args.audio_steps))
+    overrides = {k: v for k, v in pairs if v is not None}
     config = dataclasses.replace(TrainConfig(pool=args.pool), **overrides)
     base = build_demo_checkpoints(work / "base", [args.pool], grounded=False)[args.pool]
-    trainer = Trainer(base, work / args.pool, config, progress=lambda line: print(line, flush=True))
+    trainer = Trainer(
+        base,
+        work / args.pool,
+        config,
+        progress=lambda line: print(line, flush=True),
+        image_stage_from=args.image_stage_from,
+    )
     trainer.train()
     path = trainer.export(args.out or DEMO_WEIGHTS_DIR)
     print(f"trained weights: {path}")
@@ -179,14 +186,22 @@ def _models_parser(sub: Any) -> None:
     demo.add_argument("--data-dir", type=Path, help="Data directory (TESSERA_DATA_DIR, default .tessera).")
     train = models.add_parser(
         "train-demo",
-        help="Train a demo pool's vision tower (and LoRA) on the synthetic grounding world; resumes when re-run.",
+        help="Train a demo pool's vision and audio towers (and LoRA) on the grounding world; resumes when re-run.",
     )
     train.add_argument("--pool", default="large", help="Which demo checkpoint (default: large).")
     train.add_argument("--steps", type=int, default=None, help="Optimizer steps (default: the recipe's).")
     train.add_argument("--batch", type=int, default=None, help="Items per step (default: the recipe's).")
     train.add_argument("--work-dir", type=Path, help="Base checkpoint and resumable state (default .tessera/train).")
     train.add_argument("--out", type=Path, help="Where the trained weights go (default: serving/demo_weights).")
-    train.add_argument("--eval-items", type=int, default=60, help="Held-out image items to check at the end.")
+    train.add_argument(
+        "--audio-steps", type=int, default=None, help="Steps of the audio stage (default: the recipe's)."
+    )
+    train.add_argument(
+        "--image-stage-from",
+        type=Path,
+        help="Start at the audio stage from exported weights whose image stage had these settings (a fresh run only).",
+    )
+    train.add_argument("--eval-items", type=int, default=60, help="Held-out items per mix to check at the end.")
 
 
 def main(argv: list[str] | None = None) -> None:

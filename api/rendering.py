@@ -110,6 +110,11 @@ def extras(req: ChatCompletionRequest, completion: Completion) -> dict[str, Any]
 
 
 async def complete(req: ChatCompletionRequest, completion: Completion) -> Response[dict[str, Any]]:
+    return Response(await complete_body(req, completion), headers=response_headers(completion))
+
+
+async def complete_body(req: ChatCompletionRequest, completion: Completion) -> dict[str, Any]:
+    """The whole answer as an OpenAI chat completion body, once its usage is on record."""
     decoders = [completion.decoder() for _ in completion.choices]
     async with completion:
         async for delta in completion:
@@ -138,4 +143,4 @@ async def complete(req: ChatCompletionRequest, completion: Completion) -> Respon
         usage=wire_usage(completion.usage()),
         **extras(req, completion),
     )
-    return Response(body.model_dump(mode="json"), headers=response_headers(completion))
+    return body.model_dump(mode="json")

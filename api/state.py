@@ -73,6 +73,7 @@ class AppState:
     prices: PriceBook
     limiter: RateLimiter
     cache: EmbeddingCache | None = None
+    grounding: GroundingService | None = None
 
 
 async def _stopped(task: asyncio.Task[None]) -> None:
@@ -179,7 +180,8 @@ async def build_state(settings: Settings) -> AsyncIterator[AppState]:
         await journal.start()
         stack.push_async_callback(journal.stop)
         bus = CompletionBus(tasks, [metrics.record_completion], journal=journal)
-        if settings.grounding and (grounding := GroundingService.create(db, tasks, registry=metrics.registry)):
+        grounding = GroundingService.create(db, tasks, registry=metrics.registry) if settings.grounding else None
+        if grounding is not None:
             bus.subscribe(grounding)
             stack.callback(grounding.close)
         if settings.stripe_api_key:
@@ -208,6 +210,7 @@ async def build_state(settings: Settings) -> AsyncIterator[AppState]:
             prices=prices,
             limiter=limiter,
             cache=cache,
+            grounding=grounding,
         )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from litestar.response import Stream
@@ -47,11 +47,16 @@ class EventStream(Stream):
         return super().to_asgi_response(*args, **kwargs)
 
 
-async def stream(req: ChatCompletionRequest, completion: Completion) -> Stream:
-    """Wait for the engine's first delta before answering, so errors before any token still get an HTTP status."""
+VerdictSource = Callable[[], Awaitable[dict[str, Any] | None]]
+
+
+async def stream(req: ChatCompletionRequest, completion: Completion, verdict: VerdictSource | None = None) -> Stream:
+    """Wait for the engine's first delta before answering, so errors before any token still get an HTTP status.
+    With `verdict` (the grounding guardrail's), the stream's last chunk carries it as `grounding`: the deltas go
+    out as they come, and only the end waits for the score."""
     first = await completion.first_delta()
     return EventStream(
-        _events(req, completion, first),
+        _events(req, completion, first, verdict),
         media_type="text/event-stream",
         headers={**SSE_HEADERS, **response_headers(completion)},
     )
@@ -98,18 +103,23 @@ class _Chunks:
             out.append(self.chunk(delta.index, _delta(final, closing=True), finish_reason=reason))
         return out
 
-    def usage(self) -> str:
+    def closing(self, grounding: dict[str, Any] | None) -> str | None:
+        """The chunk after the choices: usage when asked for, and the guardrail's verdict when there is one."""
+        if not self.include_usage and grounding is None:
+            return None
         c = self.completion
-        return _sse(
-            {
-                "id": c.request_id,
-                "object": "chat.completion.chunk",
-                "created": c.submission.created,
-                "model": c.model,
-                "choices": [],
-                "usage": wire_usage(c.usage()).model_dump(mode="json"),
-            }
-        )
+        body: dict[str, Any] = {
+            "id": c.request_id,
+            "object": "chat.completion.chunk",
+            "created": c.submission.created,
+            "model": c.model,
+            "choices": [],
+        }
+        if self.include_usage:
+            body["usage"] = wire_usage(c.usage()).model_dump(mode="json")
+        if grounding is not None:
+            body["grounding"] = grounding
+        return _sse(body)
 
 
 def _delta(decoded: DecodedDelta, closing: bool = False) -> Delta:
@@ -150,7 +160,9 @@ async def lease_events(
                 yield event
 
 
-async def _events(req: ChatCompletionRequest, completion: Completion, first: EngineDelta | None) -> AsyncIterator[str]:
+async def _events(
+    req: ChatCompletionRequest, completion: Completion, first: EngineDelta | None, verdict: VerdictSource | None
+) -> AsyncIterator[str]:
     chunks = _Chunks(req, completion)
     ended = False
 
@@ -161,7 +173,7 @@ async def _events(req: ChatCompletionRequest, completion: Completion, first: Eng
 
     async for event in lease_events(completion, chunks.opening(), first, chunks.events, failed):
         yield event
-    if not ended and chunks.include_usage:
-        yield chunks.usage()
-    await completion.recorded()  # `[DONE]` means the request's usage is on record
+    await completion.recorded()
+    if not ended and (closing := chunks.closing(await verdict() if verdict is not None else None)):
+        yield closing  # `[DONE]` means the request's usage is on record
     yield _sse("[DONE]")

@@ -49,13 +49,19 @@ class TenantQuota(SQLModel, table=True):
     monthly_token_budget: int | None = None
     monthly_cost_budget_micros: int | None = None  # in millionths of the currency unit
     tier: str = Field(default="standard", max_length=32)
+    # The grounding guardrail (grounding.guardrail): off | score | flag | block, and the score an answer must reach.
+    grounding_policy: str = Field(default="score", max_length=8)
+    grounding_threshold: float = 0.9
 
 
 class InferenceRequest(SQLModel, table=True):
     """One row per request that reached an engine: what it carried, what it cost in tokens, how it ended."""
 
     __tablename__ = "inference_requests"
-    __table_args__ = (Index("ix_inference_requests_tenant_created", "tenant_id", "created_at"),)
+    __table_args__ = (
+        Index("ix_inference_requests_tenant_created", "tenant_id", "created_at"),
+        Index("ix_inference_requests_fingerprint", "tenant_id", "prompt_fingerprint"),
+    )
 
     request_id: str = Field(primary_key=True, max_length=64)
     tenant_id: str | None = Field(default=None, index=True, max_length=36)
@@ -76,6 +82,11 @@ class InferenceRequest(SQLModel, table=True):
     grounding_score: float | None = None
     # The answer's claims its media did not support, as the grounding scorer worded them (null until scored).
     grounding_unsupported: list[str] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    grounding_passed: bool | None = None  # the score against the tenant's threshold when it was scored
+    question_kind: str | None = Field(default=None, max_length=24)  # grounding.questions' kind of the last question
+    # sha256 of the last user turn's text and media, to tell a regeneration (the same ask again) from a new one.
+    prompt_fingerprint: str | None = Field(default=None, max_length=64)
+    feedback: int | None = None  # the tenant's thumbs on the answer: 1 up, -1 down
     created_at: datetime = Field(default_factory=utcnow, index=True)
     owner: str | None = Field(default=None, max_length=36, index=True)  # the gateway instance running it
 

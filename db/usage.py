@@ -19,16 +19,24 @@ def record_usage(engine: Engine, row: InferenceRequest, outbox: Sequence[SQLMode
 
 
 def set_grounding_score(
-    engine: Engine, request_id: str, score: float, unsupported: Sequence[str] | None = None
+    engine: Engine,
+    request_id: str,
+    score: float | None,
+    unsupported: Sequence[str] | None = None,
+    *,
+    passed: bool | None = None,
+    question_kind: str | None = None,
 ) -> bool:
-    """Store the grounding score of a request whose usage row exists (and the claims its media did not support);
-    False when there is no such row."""
+    """Store the grounding score of a request whose usage row exists (the claims its media did not support, the
+    verdict against the tenant's threshold, the kind of question); False when there is no such row."""
     with Session(engine) as s:
         row = s.get(InferenceRequest, request_id)
         if row is None:
             return False
         row.grounding_score = score
         row.grounding_unsupported = list(unsupported) if unsupported is not None else None
+        row.grounding_passed = passed
+        row.question_kind = question_kind
         s.add(row)
         s.commit()
         return True

@@ -7,7 +7,8 @@ few tokens whatever its size. Claims come from `grounding.answers.extract_claims
 - an object: a detected shape; anything else (a woman, a tree) is unsupported;
 - a colour bound to a shape: that shape was detected in that colour; an unbound colour: some shape has it;
 - a position bound to a shape: that shape's position;
-- a count of shapes: the number of shapes detected.
+- a count of shapes: the number of shapes detected;
+- a yes or no to "is there a <colour> <shape>": whether that shape was detected in that colour.
 An answer that asserts nothing checkable (a bare "Yes.") has no claims: nothing in it is unsupported.
 """
 
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from grounding.answers import SHAPE_NOUNS, extract_claims
+from grounding.questions import question_kind
 from serving.detection import ImageFindings
 
 CENTRE_BAND = 0.17  # half-width of the centre, as a fraction of each side
@@ -58,22 +60,43 @@ class ImageCheck:
         return self.claims - len(self.unsupported)
 
 
-def check_image_claims(answer: str, findings: tuple[ImageFindings, ...]) -> ImageCheck:
+Verdict = tuple[str, bool, tuple[str, str | None, str]]  # (claim worded for people, supported, key)
+
+
+def image_claim_verdicts(answer: str, findings: tuple[ImageFindings, ...], question: str = "") -> list[Verdict]:
+    """Each checkable claim of `answer` about the images, whether the detections support it, and a key that an
+    audio claim of the same fact shares (an unbound colour or number), so that with both media either may
+    support it. A yes or no to a question asking whether a coloured shape is there is checked too."""
     facts = findings_facts(findings)
     claims = extract_claims(answer)
     colours, positions = facts["colours"], facts["positions"]
-    verdicts: list[tuple[str, bool]] = []
+    verdicts: list[Verdict] = []
     for obj in sorted(claims.objects):
-        verdicts.append((f"a {obj}", obj in facts["objects"]))
+        verdicts.append((f"a {obj}", obj in facts["objects"], ("object", obj, "")))
     for noun, colour in claims.colours:
         if noun is None:
-            verdicts.append((f"something {colour}", colour in colours.values()))
+            verdicts.append((f"something {colour}", colour in colours.values(), ("colour", None, colour)))
         elif noun in SHAPE_NOUNS:
-            verdicts.append((f"the {noun} is {colour}", colours.get(noun) == colour))
+            verdicts.append((f"the {noun} is {colour}", colours.get(noun) == colour, ("colour", noun, colour)))
     for noun, position in claims.positions:
         if noun in SHAPE_NOUNS:
-            verdicts.append((f"the {noun} is at {position}", positions.get(noun) == position))
+            verdicts.append(
+                (f"the {noun} is at {position}", positions.get(noun) == position, ("position", noun, position))
+            )
     for noun, value in claims.numbers:
         if noun in (None, "shape"):
-            verdicts.append((f"{value} shapes", value == facts["count"]))
-    return ImageCheck(len(verdicts), tuple(claim for claim, ok in verdicts if not ok))
+            verdicts.append((f"{value} shapes", value == facts["count"], ("number", noun, str(value))))
+    if claims.yes_no is not None and question_kind(question) == "exists":
+        asked = [(n, c) for n, c in extract_claims(question).colours if n in SHAPE_NOUNS]
+        if asked:
+            shape, colour = asked[0]
+            expected = "yes" if colours.get(shape) == colour else "no"
+            verdicts.append(
+                (f"{claims.yes_no}: is there a {colour} {shape}", claims.yes_no == expected, ("exists", shape, colour))
+            )
+    return verdicts
+
+
+def check_image_claims(answer: str, findings: tuple[ImageFindings, ...], question: str = "") -> ImageCheck:
+    verdicts = image_claim_verdicts(answer, findings, question)
+    return ImageCheck(len(verdicts), tuple(claim for claim, ok, _ in verdicts if not ok))

@@ -35,8 +35,9 @@ from pathlib import Path
 
 import numpy as np
 
+from grounding.audio_evidence import SOUND_TEXT, audio_claim_verdicts, sound_label
 from grounding.claims import split_claims, transcript_chunks
-from grounding.image_evidence import check_image_claims
+from grounding.image_evidence import image_claim_verdicts
 from grounding.models import MiniLMEmbedder, WhisperTranscriber, default_minilm_dir, default_whisper_dir
 from serving.detection import ImageFindings
 
@@ -103,27 +104,46 @@ class GroundingScorer:
         return self.score(answer, self.transcribe(audio_pcm16k))
 
     def score_media(
-        self, answer: str, audio_pcm16k: np.ndarray | None, images: tuple[ImageFindings, ...] = ()
+        self,
+        answer: str,
+        audio_pcm16k: np.ndarray | None,
+        images: tuple[ImageFindings, ...] = (),
+        question: str = "",
+        transcript: str | None = None,
     ) -> GroundingResult | None:
-        """The score of an answer against all the evidence its request carried: the image claims against what the
-        vision tower detected, the sentences against the audio transcript. With both media, a sentence the
-        transcript does not support but whose image claims were checked is left to the image check. None when
-        there is no evidence (no audio, and no tower that detects)."""
+        """The score of an answer against all the evidence its request carried. None when there is none (no
+        audio, and no tower that detects).
+
+        Claims are checked fact by fact where the world's facts can be read (see grounding.image_evidence and
+        grounding.audio_evidence): objects, colours, positions, counts and yes/no about images against the
+        detections; names, days, numbers, colours, counted things and the kind of sound against the clip's
+        transcript and sound label. With both media, a fact either medium supports is supported. A sentence with
+        no such fact is checked for topical support against the transcript (or the sound's description), as
+        `score` does. `transcript` may be given when it was made already (it is otherwise made here)."""
         has_audio = audio_pcm16k is not None and np.asarray(audio_pcm16k).size > 0
         if not has_audio and not images:
             return None
-        claims, unsupported = 0, []
+        verdicts: dict[tuple[str, str | None, str], tuple[str, bool]] = {}
+
+        def add(found: list[tuple[str, bool, tuple[str, str | None, str]]]) -> None:
+            for text, ok, key in found:
+                seen = verdicts.get(key)
+                verdicts[key] = (text, ok or (seen is not None and seen[1]))
+
         if images:
-            check = check_image_claims(answer, images)
-            claims, unsupported = check.claims, list(check.unsupported)
+            add(image_claim_verdicts(answer, images, question))
         if has_audio:
             assert audio_pcm16k is not None
-            for sentence, best in self.claim_support(answer, self.transcribe(audio_pcm16k)):
-                if best < self.support_threshold and images and check_image_claims(sentence, images).claims:
-                    continue
-                claims += 1
-                if best < self.support_threshold:
-                    unsupported.append(sentence)
-        if not claims:  # as `score`: audio with nothing checkable scores 0; an image answer with none, 1
+            label = sound_label(audio_pcm16k)
+            if transcript is None:
+                transcript = self.transcribe(audio_pcm16k) if label == "speech" else ""
+            add(audio_claim_verdicts(answer, transcript, label))
+            heard = transcript if label == "speech" and transcript else SOUND_TEXT[label]
+            for sentence, best in self.claim_support(answer, heard):
+                if image_claim_verdicts(sentence, images, question) or audio_claim_verdicts(sentence, heard, label):
+                    continue  # its facts were checked one by one above
+                verdicts[("sentence", None, sentence)] = (sentence, best >= self.support_threshold)
+        if not verdicts:  # as `score`: audio with nothing checkable scores 0; an image answer with none, 1
             return GroundingResult(0.0 if has_audio else 1.0, 0, ())
-        return GroundingResult((claims - len(unsupported)) / claims, claims, tuple(unsupported))
+        unsupported = tuple(text for text, ok in verdicts.values() if not ok)
+        return GroundingResult((len(verdicts) - len(unsupported)) / len(verdicts), len(verdicts), unsupported)

@@ -1,17 +1,21 @@
-"""Grounding scores for finished requests, off the request path: the grounding subscriber of completion records.
+"""Grounding scores for finished requests: the grounding subscriber of completion records, and the guardrail's
+verdicts for responses that wait for one.
 
 A completed request with evidence to check is scored after its usage row is written (metering runs before this
-subscriber on the completion bus): the answer's sentences against a transcript of its audio, and its claims
-about images against what the pool's vision tower detected, where that tower has a label head (see
-`grounding.scorer` and `grounding.image_evidence`). The score and the unsupported claims are stored on the
-usage row. One worker thread does the scoring, so a burst of media requests never takes more than one core from
-the engines; when more than `max_pending` requests wait, new ones
-go unscored (counted in `tessera_grounding_skipped`), because a score is a quality signal, not a bill.
+subscriber on the completion bus): its claims against a transcript and sound label of its audio, and against what
+the pool's vision tower detected in its images, where that tower has a label head (see `grounding.scorer`). The
+score, the unsupported claims, the verdict against the tenant's threshold and the question's kind are stored on
+the usage row. One worker thread does the scoring, so a burst of media requests never takes more than one core
+from the engines. Under the default policy (`score`) a score is a quality signal, not a bill: when more than
+`max_pending` requests wait, new ones go unscored (counted in `tessera_grounding_skipped`). Under `flag` and
+`block` (grounding.guardrail) the response waits for its verdict, so those are always scored, and their clip's
+transcript is started while the answer is still being generated (`prepare`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -21,12 +25,15 @@ from prometheus_client import Counter, Histogram
 from sqlalchemy import Engine
 
 from db.usage import set_grounding_score
+from grounding.audio_evidence import sound_label
+from grounding.guardrail import Verdict, scores, waits_for_verdict
+from grounding.questions import question_kind
 from grounding.scorer import GroundingScorer
 from serving.background import BackgroundTasks
-from serving.detection import ImageFindings
 from serving.record import CompletionRecord
 
 logger = logging.getLogger(__name__)
+VERDICT_TTL_S = 120.0
 
 
 class GroundingService:
@@ -39,6 +46,8 @@ class GroundingService:
         self._max_pending = max_pending
         self._pending = 0
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grounding")
+        self._verdicts: dict[str, asyncio.Future[Verdict | None]] = {}
+        self._transcripts: dict[str, asyncio.Future[str]] = {}
         self.scored = Counter("tessera_grounding_scored", "Requests given a grounding score.", registry=registry)
         self.skipped = Counter(
             "tessera_grounding_skipped", "Requests left unscored because the scorer was busy.", registry=registry
@@ -62,34 +71,101 @@ class GroundingService:
         return cls(db, scorer, tasks, registry=registry)
 
     def __call__(self, record: CompletionRecord) -> None:
-        """Schedule a score for a completed request with evidence to check (audio, or images a tower detected
-        shapes in); skipped when too many already wait."""
-        if record.status != "completed" or not (record.audio or record.images):
+        """Score a completed request with evidence to check (audio, or images a tower detected shapes in), as
+        its caller's guardrail policy says: never under `off`; under `score`, skipped when too many already
+        wait; under `flag` and `block` always, since a response waits for the verdict (`verdict`)."""
+        policy = record.caller.grounding_policy
+        if not scores(policy):
             return
-        if self._pending >= self._max_pending:
+        waits = waits_for_verdict(policy)
+        if record.status != "completed" or not (record.audio or record.images):
+            self._transcripts.pop(record.request_id, None)
+            if waits:
+                self._resolve(record.request_id, None)
+            return
+        if self._pending >= self._max_pending and not waits:
             self.skipped.inc()
             return
         self._pending += 1
-        audio = record.audio[0] if record.audio else None
-        self._tasks.spawn(self._score(record.request_id, record.answer, audio, record.images))
+        self._tasks.spawn(self._score(record))
 
-    async def _score(
-        self, request_id: str, answer: str, audio: np.ndarray | None, images: tuple[ImageFindings, ...]
-    ) -> None:
+    def prepare(self, request_id: str, audio: tuple[np.ndarray, ...]) -> None:
+        """Start transcribing a request's clip while its answer is generated, for a response that will wait for
+        its verdict: the transcript is most of the scorer's time. Only the first clip is heard."""
+        if audio and request_id not in self._transcripts:
+            loop = asyncio.get_running_loop()
+            clip = audio[0]
+            self._transcripts[request_id] = loop.run_in_executor(self._executor, self._transcript_of, clip)
+
+    def _transcript_of(self, clip: np.ndarray) -> str:
+        return self._scorer.transcribe(clip) if sound_label(clip) == "speech" else ""
+
+    async def verdict(self, request_id: str, timeout_s: float = 20.0) -> Verdict | None:
+        """The request's verdict once it is scored; None without evidence, when scoring failed, or after
+        `timeout_s` (the score is still stored when it comes)."""
+        future = self._future(request_id)
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), timeout_s)
+        except TimeoutError:
+            logger.warning("grounding verdict of %s took over %.0f s; answering without it", request_id, timeout_s)
+            return None
+        finally:
+            self._verdicts.pop(request_id, None)
+
+    def _future(self, request_id: str) -> asyncio.Future[Verdict | None]:
+        future = self._verdicts.get(request_id)
+        if future is None:
+            future = self._verdicts[request_id] = asyncio.get_running_loop().create_future()
+            # Nobody may come for it (the client left): forget it after a while either way.
+            asyncio.get_running_loop().call_later(VERDICT_TTL_S, self._verdicts.pop, request_id, None)
+        return future
+
+    def _resolve(self, request_id: str, verdict: Verdict | None) -> None:
+        future = self._future(request_id)
+        if not future.done():
+            future.set_result(verdict)
+
+    async def _score(self, record: CompletionRecord) -> None:
+        verdict: Verdict | None = None
         try:
             loop = asyncio.get_running_loop()
             started = loop.time()
-            result = await loop.run_in_executor(self._executor, self._scorer.score_media, answer, audio, images)
+            audio = record.audio[0] if record.audio else None
+            early = self._transcripts.pop(record.request_id, None)
+            transcript = await early if early is not None else None
+            result = await loop.run_in_executor(
+                self._executor,
+                functools.partial(
+                    self._scorer.score_media,
+                    record.answer,
+                    audio,
+                    record.images,
+                    question=record.question,
+                    transcript=transcript,
+                ),
+            )
             self.seconds.observe(loop.time() - started)
-            if result is not None and await asyncio.to_thread(
-                set_grounding_score, self._db, request_id, result.score, result.unsupported
-            ):
-                self.scored.inc()
+            if result is not None:
+                threshold = record.caller.grounding_threshold
+                verdict = Verdict(result.score, threshold, result.claims, result.unsupported)
+                stored = await asyncio.to_thread(
+                    set_grounding_score,
+                    self._db,
+                    record.request_id,
+                    result.score,
+                    result.unsupported,
+                    passed=verdict.passed,
+                    question_kind=question_kind(record.question),
+                )
+                if stored:
+                    self.scored.inc()
         except Exception:
             self.failed.inc()
-            logger.exception("grounding score of request %s failed", request_id)
+            logger.exception("grounding score of request %s failed", record.request_id)
         finally:
             self._pending -= 1
+            if waits_for_verdict(record.caller.grounding_policy):
+                self._resolve(record.request_id, verdict)
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)

@@ -45,6 +45,7 @@ class Submission:
     audio: tuple[Any, ...] = ()
     images: tuple[Any, ...] = ()  # ImageFindings per image, where the pool's tower has a label head
     tools: ToolPlan | None = None
+    question: str = ""  # the last user turn's text
 
 
 class Settlement:
@@ -263,6 +264,7 @@ class Completion:
             answer=self.text,
             audio=s.audio,
             images=s.images,
+            question=s.question,
             pre_engine_s=s.submitted - s.started,
             ttft_s=None if self.first_token_at is None else self.first_token_at - s.started,
             total_s=now - s.started,

@@ -13,14 +13,17 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from serving.whisper_tower import WHISPER_TINY, WHISPER_TINY_LAYERS, whisper_encoder_state
+
 logger = logging.getLogger(__name__)
 
 # Bumping this rebuilds every demo checkpoint on the next start.
-BUILDER_VERSION = 6
+BUILDER_VERSION = 7
 MANIFEST_NAME = "tessera-demo.json"
 # Trained grounding weights (`tessera models train-demo`), committed: `<pool>-grounding.safetensors` holds the vision
-# tower (`thinker.visual.*`), LoRA updates for the text model's q and v (`lora.<layer>.<q_proj|v_proj>.<a|b>`, with
-# the scale in the metadata) and the tower's label head (`label_head.*`). A pool without one keeps random towers.
+# tower (`thinker.visual.*`), the trained part of the audio tower (`thinker.audio_tower.*`), LoRA updates for the text
+# model's q and v (`lora.<layer>.<q_proj|v_proj>.<a|b>`, with the scale in the metadata) and the tower's label head
+# (`label_head.*`). A pool without one keeps random towers.
 DEMO_WEIGHTS_DIR = Path(__file__).resolve().parent / "demo_weights"
 LABEL_HEAD_FILE = "label_head.safetensors"  # as serving.detection reads it
 
@@ -94,6 +97,9 @@ class DemoSpec:
     audio_layers: int
     audio_hidden: int
     smollm2_text: bool
+    # Whisper tiny.en's real encoder (serving.whisper_tower) as the audio tower: 4 layers, 384 wide, 80 mel bins;
+    # `audio_layers` and `audio_hidden` are then Whisper's.
+    whisper_audio: bool = False
     max_pixels: int = 224 * 224
     min_pixels: int = 56 * 56
 
@@ -127,15 +133,16 @@ DEMO_SPECS: dict[str, DemoSpec] = {
         name="large",
         description=(
             "70B-class stand-in: a Qwen2.5-Omni thinker whose text model carries SmolLM2-135M-Instruct's "
-            "real weights (30 layers), with random (seeded) vision and audio towers. Text answers read "
-            "sensibly; what it says about media means nothing."
+            "real weights (30 layers), a vision tower (seeded random, or trained for the grounding world) and "
+            "Whisper tiny.en's encoder as its audio tower."
         ),
         seed=70,
         vision_depth=4,
         vision_hidden=256,
         audio_layers=4,
-        audio_hidden=256,
+        audio_hidden=384,
         smollm2_text=True,
+        whisper_audio=True,
         **SMOLLM2_SHAPE,
     ),
 }
@@ -204,6 +211,13 @@ def apply_grounding(state: dict[str, Any], path: Path) -> tuple[dict[str, Any], 
     if misfits or len(tower) != sum(k.startswith("thinker.visual.") for k in state):
         raise RuntimeError(f"{path} does not fit this checkpoint's vision tower: {misfits[:4]}")
     state.update(tower)
+    # The audio tower starts as Whisper's encoder; only the parts training changed are stored (its top layers,
+    # `ln_post` and the projection), so any subset of the tower may come.
+    audio = {k: v for k, v in tensors.items() if k.startswith("thinker.audio_tower.")}
+    misfits = [k for k, v in audio.items() if k not in state or state[k].shape != v.shape]
+    if misfits:
+        raise RuntimeError(f"{path} does not fit this checkpoint's audio tower: {misfits[:4]}")
+    state.update(audio)
     merge_lora(state, {k: v for k, v in tensors.items() if k.startswith("lora.")}, scale)
     head = {k.removeprefix("label_head."): v for k, v in tensors.items() if k.startswith("label_head.")}
     return head, {"labels": metadata.get("labels", "[]")}
@@ -311,6 +325,8 @@ def _thinker_config(spec: DemoSpec, tokenizer: Any, vocab_size: int) -> Any:
         "output_dim": spec.text_hidden,
         "num_mel_bins": 128,
     }
+    if spec.whisper_audio:
+        audio_config.update(WHISPER_TINY, encoder_layers=WHISPER_TINY_LAYERS)
     thinker = {
         "text_config": text_config,
         "vision_config": vision_config,
@@ -355,6 +371,17 @@ def _transplant_text(thinker: Any, source: dict[str, Any]) -> None:
                 value.zero_()
 
 
+def _transplant_whisper(thinker: Any) -> None:
+    import torch
+
+    tower = thinker.audio_tower.state_dict()
+    with torch.no_grad():
+        for key, value in whisper_encoder_state(prefix="").items():
+            if key not in tower or tower[key].shape != value.shape:
+                raise RuntimeError(f"Whisper weight {key} has no place in the audio tower")
+            tower[key].copy_(value)
+
+
 def _build_processor(spec: DemoSpec, tokenizer: Any) -> Any:
     from transformers import (
         Qwen2_5OmniProcessor,
@@ -365,7 +392,9 @@ def _build_processor(spec: DemoSpec, tokenizer: Any) -> Any:
 
     image_processor = Qwen2VLImageProcessor(min_pixels=spec.min_pixels, max_pixels=spec.max_pixels)
     video_processor = Qwen2VLVideoProcessor(min_pixels=spec.min_pixels, max_pixels=spec.max_pixels)
-    feature_extractor = WhisperFeatureExtractor(feature_size=128)
+    feature_extractor = WhisperFeatureExtractor(
+        feature_size=WHISPER_TINY["num_mel_bins"] if spec.whisper_audio else 128
+    )
     return Qwen2_5OmniProcessor(
         image_processor=image_processor,
         video_processor=video_processor,
@@ -392,6 +421,9 @@ def _build_one(spec: DemoSpec, path: Path, source: _SmolLM2Source, progress: Pro
     if spec.smollm2_text:
         progress("  transplanting SmolLM2-135M-Instruct text weights")
         _transplant_text(thinker, source.text_state_dict())
+    if spec.whisper_audio:
+        progress("  transplanting Whisper tiny.en's encoder into the audio tower")
+        _transplant_whisper(thinker)
 
     staging = path.with_name(path.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)

@@ -82,6 +82,14 @@ class MediaEncoder:
             await self._drop(pool, out, kind)
         return out
 
+    async def detect(self, detector: ModelPool, out: EncodedMedia) -> tuple[ImageFindings, ...]:
+        """What `detector`'s tower (one with a label head) sees in a request's images, when the pool answering it
+        has none: grounding evidence for any pool. Through the same cache and micro-batches as any encoding."""
+        if not out.images or not detects(detector):
+            return ()
+        embeds, _ = await self._encode_images(detector, out.images, out.scope)
+        return findings_of(detector, embeds)
+
     async def _drop(self, pool: ModelPool, out: EncodedMedia, kind: str) -> None:
         out.degraded.append(kind)
         out.plan = out.plan.without(kind)
@@ -225,8 +233,19 @@ def affinity_key(encoded: EncodedMedia, cache_salt: str | None, system_prompt: s
 def image_findings(pool: ModelPool, encoded: EncodedMedia) -> tuple[ImageFindings, ...]:
     """What the pool's tower saw in each image, read off the embeddings it produced (or the cache held); empty
     where the tower has no label head or the engine encodes the images itself."""
-    vision = pool.vision
-    if not encoded.image_embeds or vision is None or vision.label_head is None:
+    if not encoded.image_embeds or not detects(pool):
         return ()
+    return findings_of(pool, encoded.image_embeds)
+
+
+def detects(pool: ModelPool) -> bool:
+    """Whether the pool's vision tower carries a label head (it was trained for grounding)."""
+    return pool.vision is not None and pool.vision.label_head is not None
+
+
+def findings_of(pool: ModelPool, embeds: list[ImageEmbedding]) -> tuple[ImageFindings, ...]:
+    vision = pool.vision
+    assert vision is not None
+    assert vision.label_head is not None
     merge = vision.geometry.merge_size
-    return tuple(vision.label_head.findings(e.embeds, e.grid_thw, merge) for e in encoded.image_embeds)
+    return tuple(vision.label_head.findings(e.embeds, e.grid_thw, merge) for e in embeds)

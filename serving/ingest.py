@@ -81,6 +81,16 @@ class MessagePlan:
                 out.append(content)
         return out
 
+    def last_user_text(self) -> str:
+        """The text of the last user turn: the question a request asks now."""
+        for m in reversed(self.messages):
+            if m["role"] == "user":
+                content = m["content"]
+                if isinstance(content, list):
+                    return " ".join(p["text"] for p in content if p["type"] == "text")
+                return str(content or "")
+        return ""
+
 
 def plan_messages(messages: Sequence[MessageLike], *, max_images: int, max_audios: int = 1) -> MessagePlan:
     """Check the shape of every message and part; no media is decoded here."""

@@ -17,10 +17,14 @@ from typing import Protocol
 
 @dataclass(frozen=True)
 class CallerIdentity:
-    """Who a completion is billed to; it travels on the completion record."""
+    """Who a completion is billed to, and how its answers are to be checked; it travels on the completion record."""
 
     tenant_id: str | None = None
     key_id: str | None = None
+    # The caller's grounding guardrail (see grounding.guardrail): off | score | flag | block, and the score an
+    # answer must reach to pass. Serving only carries them.
+    grounding_policy: str = "score"
+    grounding_threshold: float = 0.9
 
 
 class QuotaHold(Protocol):

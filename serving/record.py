@@ -62,6 +62,7 @@ class CompletionRecord:
     # What the vision tower's label head saw in each image (serving.detection.ImageFindings), for grounding; empty
     # where the pool's tower has no label head.
     images: tuple[Any, ...] = ()
+    question: str = ""  # the last user turn's text, for grounding
 
 
 Subscriber = Callable[[CompletionRecord], Awaitable[None] | None]
@@ -79,6 +80,8 @@ class OpenedRequest:
     text_tokens: int
     image_tokens: int
     audio_tokens: int
+    # sha256 of the last user turn's text and its media's content hashes: the same ask sent again has the same one.
+    fingerprint: str | None = None
 
 
 class Journal(Protocol):

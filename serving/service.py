@@ -9,6 +9,8 @@ which gives it back when the request ends.
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import time
 import uuid
 from collections.abc import Sequence
@@ -19,7 +21,8 @@ from typing import Any
 from serving.admission import PRIORITIES
 from serving.background import BackgroundTasks
 from serving.completion import Completion, Settlement, Submission
-from serving.encoding import MediaEncoder, affinity_key, engine_media, image_findings
+from serving.detection import ImageFindings
+from serving.encoding import EncodedMedia, MediaEncoder, affinity_key, detects, engine_media, image_findings
 from serving.engine import EngineRequest, GenerationParams
 from serving.errors import InvalidRequest
 from serving.ingest import MessageLike, MessagePlan, ProbedMedia
@@ -29,6 +32,8 @@ from serving.policy import CallerPolicy
 from serving.pools import ModelPool
 from serving.record import CompletionBus, OpenedRequest
 from serving.tools import AUTO, ToolPlan
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,31 @@ class InferenceService:
         self._metrics = metrics
         self._bus = bus
         self._tasks = tasks
+
+    async def _findings(
+        self, pool: ModelPool, encoded: EncodedMedia, caller: CallerPolicy
+    ) -> tuple[ImageFindings, ...]:
+        """Grounding evidence for the request's images: the pool's own tower's detections, else (unless the
+        caller's answers go unscored) another pool's that detects. A failure there costs the score, not the
+        request."""
+        found = image_findings(pool, encoded)
+        if found or not encoded.images or caller.identity.grounding_policy == "off":
+            return found
+        detector = next((p for p in self.pipeline.pools.pools if detects(p)), None)
+        if detector is None:
+            return ()
+        try:
+            return await self._encoder.detect(detector, encoded)
+        except Exception:
+            logger.exception("detecting the images of a request to '%s' with '%s' failed", pool.name, detector.name)
+            return ()
+
+    def strongest_model(self, modalities: frozenset[str]) -> str:
+        """The strongest pool that takes every one of `modalities` (the one a second attempt goes to)."""
+        able = [p for p in self.pipeline.pools.pools if modalities <= set(p.modalities)]
+        if not able:
+            raise InvalidRequest(f"no model accepts {', '.join(sorted(modalities))} input together", param="model")
+        return max(able, key=lambda p: p.strength).name
 
     async def start(self, request: GenerationRequest, caller: CallerPolicy) -> Completion:
         """Admit the request and submit it to an engine; refusals raise before anything is held."""
@@ -147,6 +177,7 @@ class InferenceService:
                 text_tokens=parts["text"],
                 image_tokens=parts["image"],
                 audio_tokens=parts["audio"],
+                fingerprint=_fingerprint(encoded.plan.last_user_text(), encoded),
             )
         )
         submission = Submission(
@@ -163,10 +194,17 @@ class InferenceService:
             cached_media_tokens=dict(encoded.cached_tokens),
             degraded=tuple(encoded.degraded),
             audio=tuple(a.samples for a in encoded.audios),
-            images=image_findings(pool, encoded),
+            images=await self._findings(pool, encoded, caller),
             tools=request.tools,
+            question=encoded.plan.last_user_text(),
         )
         return submission, settlement
+
+
+def _fingerprint(question: str, encoded: EncodedMedia) -> str:
+    """The ask itself, whatever model or sampling: the question and its media, in order."""
+    media = [m.content_hash for m in encoded.images] + [a.content_hash for a in encoded.audios]
+    return hashlib.sha256("\0".join([question, *media]).encode()).hexdigest()
 
 
 def _within_context(estimate: int, params: GenerationParams, pool: ModelPool) -> int:

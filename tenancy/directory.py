@@ -29,6 +29,10 @@ __all__ = ["ApiKey", "Directory", "IssuedKey", "Principal", "Tenant", "TenantQuo
 KEY_PREFIX = "sk-tsr-"
 
 
+# How a tenant's answers are checked for grounding (grounding.guardrail implements them).
+GROUNDING_POLICIES = ("off", "score", "flag", "block")
+
+
 @dataclass(frozen=True)
 class Principal:
     key_id: str
@@ -147,23 +151,32 @@ class Directory:
         self.forget()
         return tenant
 
-    def set_quota(self, tenant_id: str, **fields: int | str | None) -> TenantQuota:
+    def set_quota(self, tenant_id: str, **fields: int | float | str | None) -> TenantQuota:
         allowed = {
             "tokens_per_minute",
             "concurrent_requests",
             "monthly_token_budget",
             "monthly_cost_budget_micros",
             "tier",
+            "grounding_policy",
+            "grounding_threshold",
         }
         unknown = set(fields) - allowed
         if unknown:
             raise InvalidRequest(f"unknown quota fields {sorted(unknown)}", code="invalid_quota")
+        if "grounding_policy" in fields and fields["grounding_policy"] not in GROUNDING_POLICIES:
+            raise InvalidRequest(
+                f"grounding_policy must be one of {', '.join(GROUNDING_POLICIES)}", code="invalid_quota"
+            )
+        threshold = fields.get("grounding_threshold")
+        if threshold is not None and not (isinstance(threshold, int | float) and 0.0 <= float(threshold) <= 1.0):
+            raise InvalidRequest("grounding_threshold must be between 0 and 1", code="invalid_quota")
         with Session(self._db, expire_on_commit=False) as s:
             quota = s.get(TenantQuota, tenant_id)
             if quota is None:
                 raise NotFound("tenant not found", code="tenant_not_found")
             for key, value in fields.items():
-                if isinstance(value, int) and value < 0:
+                if isinstance(value, int) and not isinstance(value, bool) and value < 0:
                     raise InvalidRequest(f"{key} must not be negative", code="invalid_quota")
                 setattr(quota, key, value)
             s.add(quota)

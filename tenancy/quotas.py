@@ -82,7 +82,15 @@ class TenantPolicy:
 
     @property
     def identity(self) -> CallerIdentity:
-        return CallerIdentity(self.principal.tenant_id, self.principal.key_id)
+        quota = self.principal.quota
+        if quota is None:
+            return CallerIdentity(self.principal.tenant_id, self.principal.key_id)
+        return CallerIdentity(
+            self.principal.tenant_id,
+            self.principal.key_id,
+            grounding_policy=quota.grounding_policy,
+            grounding_threshold=quota.grounding_threshold,
+        )
 
     @property
     def cache_salt(self) -> str:

@@ -164,6 +164,7 @@ class UsageJournal:
             tenant_id=opened.caller.tenant_id,
             api_key_id=opened.caller.key_id,
             owner=self.instance_id,
+            prompt_fingerprint=opened.fingerprint,
         )
         with Session(self._db) as s:
             s.add(row)

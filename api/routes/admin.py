@@ -31,6 +31,8 @@ class QuotaIn(BaseModel):
     monthly_token_budget: int | None = Field(default=None, ge=0, le=STORED_INT_MAX)
     monthly_cost_budget_micros: int | None = Field(default=None, ge=0, le=STORED_INT_MAX)
     tier: StoredText | None = None
+    grounding_policy: Literal["off", "score", "flag", "block"] | None = None
+    grounding_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
 
 
 class KeyIn(BaseModel):

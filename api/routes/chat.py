@@ -12,6 +12,7 @@ from api.openapi import ParsedBody, StreamingOperation, answer, errors
 from api.parsing import parse_chat_request
 from api.protocol import ChatCompletion, ChatCompletionRequest
 from api.settings import Settings
+from grounding.service import GroundingService
 from serving.service import InferenceService
 from tenancy.directory import Principal
 from tenancy.quotas import QuotaGate
@@ -39,5 +40,8 @@ async def create_chat_completion(
     service: InferenceService,
     quotas: QuotaGate,
     settings: Settings,
+    grounding: GroundingService | None,
 ) -> Response[Any] | Stream:
-    return await answer_chat(data, principal, service, quotas, default_max_tokens=settings.default_max_tokens)
+    return await answer_chat(
+        data, principal, service, quotas, default_max_tokens=settings.default_max_tokens, grounding=grounding
+    )

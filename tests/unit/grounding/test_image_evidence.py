@@ -71,3 +71,12 @@ def test_a_request_with_detections_and_no_audio_is_scored_on_its_image_claims():
         assert scorer.score_media("Anything.", None, ()) is None  # no evidence: no score
     finally:
         scorer.close()
+
+
+def test_a_yes_or_no_is_checked_against_the_detections():
+    asked = "Is there a blue star in the image?"
+    assert check_image_claims("Yes.", FINDINGS, asked).unsupported == ()
+    assert check_image_claims("No.", FINDINGS, asked).unsupported == ("no: is there a blue star",)
+    not_there = "Is there a green square in the image?"
+    assert check_image_claims("No, there is no green square.", FINDINGS, not_there).unsupported == ()
+    assert "yes: is there a green square" in check_image_claims("Yes, there is.", FINDINGS, not_there).unsupported

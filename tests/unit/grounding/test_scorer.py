@@ -179,3 +179,23 @@ def test_embeddings_run_on_one_torch_thread_without_changing_the_process():
     with ThreadPoolExecutor(max_workers=1) as pool:
         assert pool.submit(torch.get_num_threads).result() == before
     embedder.close()
+
+
+def test_media_answers_are_checked_fact_by_fact(scorer):
+    from grounding.speech import Clip, render_clip
+    from serving.detection import Detection, ImageFindings
+
+    beep = render_clip(Clip("beep", seconds=1.5, frequency=880.0, amplitude=0.3))
+    assert scorer.score_media("A beep: a pure tone.", beep).score == 1.0
+    wrong = scorer.score_media("Someone says the meeting is on Friday.", beep)
+    assert "on Friday" in wrong.unsupported and wrong.score < 0.5
+    said = "The meeting is on Thursday at 3 o'clock."
+    meeting = Clip("meeting", {"weekday": "Thursday", "hour": 3}, voice="en", speed=160, pitch=50)
+    speech = render_clip(meeting)  # the transcript is given, so only the sound label is taken from it
+    right = scorer.score_media("The meeting is on Thursday at three o'clock.", speech, transcript=said)
+    assert (right.score, right.unsupported) == (1.0, ())
+    assert scorer.score_media("It is on Friday at three.", speech, transcript=said).unsupported == ("on Friday",)
+    # With both media, a colour either one supports is supported.
+    red_circle = (ImageFindings(4, 4, (Detection("circle:red", 2, 0.5, 0.5),)),)
+    both = scorer.score_media("The circle is red. My favourite colour is blue.", speech, red_circle, transcript=said)
+    assert both.unsupported == ("the colour blue",)

@@ -1,0 +1,77 @@
+"""Checking an answer's claims about a clip against what was heard: a transcript plus a sound label.
+
+The sound label comes from the samples themselves, by signal measures rather than a model, because the four
+kinds of clip differ plainly there: `silence` has almost no energy; a `beep` (a pure tone) puts most of its
+spectrum's energy in one narrow band; `noise` (white noise) has a flat spectrum; `speech` is everything else.
+Whisper's transcript (grounding.models) is the evidence for what a voice said.
+
+Claims are the answer's facts as `grounding.answers.extract_claims` reads them, checked against the same
+extraction of the transcript: every name, weekday, number (counts and hours), colour not bound to a shape, and
+counted thing (apples, books, cups, chairs, dogs, cats) must be in the transcript, and every sound word (a voice,
+a beep, silence, noise) must match the label. So "There are five cats on the table" against a clip saying "six
+cats" is unsupported on the number, where a sentence-similarity check would pass it as on topic.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from grounding.answers import AUDIO_NOUNS, SHAPE_NOUNS, Claims, extract_claims
+
+SAMPLE_RATE = 16_000
+SILENCE_RMS = 0.003
+TONE_SHARE = 0.6  # energy within +-2 % of the strongest frequency, over all energy
+NOISE_FLATNESS = 0.35  # geometric over arithmetic mean of the power spectrum
+# A voice says things; silence, a beep and noise say nothing.
+SOUND_TEXT = {
+    "speech": "A voice speaking.",
+    "beep": "A beep, a pure tone.",
+    "silence": "Silence, nothing to hear.",
+    "noise": "White noise, a steady hiss.",
+}
+COUNTED = AUDIO_NOUNS - {"table"}
+
+
+def sound_label(samples: np.ndarray) -> str:
+    """`speech`, `beep`, `silence` or `noise` for float32 mono 16 kHz samples."""
+    x = np.asarray(samples, dtype=np.float64).reshape(-1)
+    if x.size == 0 or float(np.sqrt(np.mean(x**2))) < SILENCE_RMS:
+        return "silence"
+    power = np.abs(np.fft.rfft(x * np.hanning(x.size))) ** 2
+    power = power[1:]  # the DC bin says nothing about the sound
+    total = float(power.sum()) or 1.0
+    peak = int(power.argmax())
+    band = max(2, int(peak * 0.02))
+    if float(power[max(0, peak - band) : peak + band + 1].sum()) / total >= TONE_SHARE:
+        return "beep"
+    flatness = float(np.exp(np.mean(np.log(power + 1e-20))) / (np.mean(power) + 1e-20))
+    return "noise" if flatness >= NOISE_FLATNESS else "speech"
+
+
+Verdict = tuple[str, bool, tuple[str, str | None, str]]  # as grounding.image_evidence's
+
+
+def _claims(claims: Claims) -> list[tuple[str, str | None, str]]:
+    """Keys of what an answer or transcript says about a clip's content: (kind, bound noun or None, value)."""
+    out: list[tuple[str, str | None, str]] = [("name", None, n) for n in sorted(claims.names)]
+    out += [("day", None, d) for d in sorted(claims.weekdays)]
+    out += [("number", None, str(v)) for noun, v in claims.numbers if noun is None or noun in AUDIO_NOUNS]
+    out += [("colour", None, c) for noun, c in claims.colours if noun is None or noun not in SHAPE_NOUNS]
+    out += [("thing", None, o) for o in sorted(claims.objects & COUNTED)]
+    return list(dict.fromkeys(out))
+
+
+def claim_text(kind: str, value: str) -> str:
+    return {"name": "the name {}", "day": "on {}", "number": "the number {}", "colour": "the colour {}"}.get(
+        kind, "{}"
+    ).format(value)
+
+
+def audio_claim_verdicts(answer: str, transcript: str, label: str) -> list[Verdict]:
+    """Each checkable claim of `answer` about the clip, worded for people, whether the clip supports it, and its
+    key (numbers and colours share keys with image claims of the same value)."""
+    said = set(_claims(extract_claims(transcript))) if label == "speech" else set()
+    answer_claims = extract_claims(answer)
+    verdicts: list[Verdict] = [(claim_text(k[0], k[2]), k in said, k) for k in _claims(answer_claims)]
+    verdicts += [(f"the sound is {s}", s == label, ("sound", None, s)) for s in sorted(answer_claims.sounds)]
+    return verdicts
