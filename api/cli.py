@@ -168,14 +168,15 @@ def manage(args: argparse.Namespace) -> None:
         raise SystemExit(f"error: {exc.message}") from exc
 
 
-def _eval_server(models: list[str], progress: Any) -> Any:
-    """A live embedded server of the demo pools `models` for `tessera eval`, launched as the benches launch theirs."""
+def _eval_server(models: list[str], progress: Any, guardrail: str = "flag") -> Any:
+    """A live embedded server of the demo pools `models` for `tessera eval`, launched as the benches launch theirs;
+    its tenant's grounding guardrail is `guardrail` (flag: every answer carries its verdict)."""
     from bench.server import live_server
     from serving.demo_models import build_demo_checkpoints
 
     demo_dir = Settings().demo_dir()
     build_demo_checkpoints(demo_dir, models, progress=progress)
-    return live_server(demo_dir, [{"name": m} for m in models], progress)
+    return live_server(demo_dir, [{"name": m} for m in models], progress, quota={"grounding_policy": guardrail})
 
 
 def _models_parser(sub: Any) -> None:

@@ -53,9 +53,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def widen_limits(base: str, admin_headers: dict[str, str], tenant: str = DEMO_TENANT) -> dict[str, Any]:
-    """Give `tenant` limits no bench reaches, through the admin API, and check they were stored."""
+def widen_limits(
+    base: str, admin_headers: dict[str, str], tenant: str = DEMO_TENANT, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Give `tenant` limits no bench reaches (and the `extra` quota fields), through the admin API, and check
+    they were stored."""
     wanted = {"tokens_per_minute": BENCH_TOKENS_PER_MINUTE, "concurrent_requests": BENCH_CONCURRENT_REQUESTS}
+    wanted |= extra or {}
     with httpx.Client(base_url=base, headers=admin_headers, timeout=30) as http:
         listed = http.get("/admin/tenants")
         if listed.status_code != 200:
@@ -119,6 +123,7 @@ def live_server(
     pools: dict[str, Any] | list[dict[str, Any]],
     progress: Progress,
     env: dict[str, str] | None = None,
+    quota: dict[str, Any] | None = None,
 ) -> Iterator[LiveServer]:
     """A server of its own (temporary data dir, free port) serving `pools`; its demo tenant's limits are widened
     before it is handed over, and it is stopped on exit."""
@@ -138,13 +143,13 @@ def live_server(
         try:
             _wait_healthy(proc, base, log)
             server = LiveServer(base, KEY, ADMIN_KEY, time.perf_counter() - started, log)
-            quota = widen_limits(base, server.admin_headers)
+            stored = widen_limits(base, server.admin_headers, extra=quota)
             for p in pool_list:
                 shown = ", ".join(f"{k}={v}" for k, v in p.items() if k not in ("name", "model"))
                 progress(f"  server up: pool {p['name']} ({shown or 'defaults'})")
             progress(
-                f"  in {server.startup_s:.0f}s; tenant '{DEMO_TENANT}': {quota['tokens_per_minute']} tokens/min, "
-                f"{quota['concurrent_requests']} concurrent"
+                f"  in {server.startup_s:.0f}s; tenant '{DEMO_TENANT}': {stored['tokens_per_minute']} tokens/min, "
+                f"{stored['concurrent_requests']} concurrent"
             )
             try:
                 yield server

@@ -45,7 +45,7 @@ class Server(Protocol):
     key: str
 
 
-Launcher = Callable[[list[str], Progress], AbstractContextManager[Server]]
+Launcher = Callable[..., AbstractContextManager[Server]]  # (models, progress, guardrail=policy)
 
 
 @dataclass
@@ -305,6 +305,12 @@ def add_eval_parser(subparsers: Any) -> None:
     g.add_argument("--report", type=Path, help="Write an HTML report here.")
     g.add_argument("--limit", type=int, help="Evaluate only the first N items.")
     g.add_argument(
+        "--guardrail",
+        choices=["off", "score", "flag"],
+        default="flag",
+        help="The embedded server's tenant policy (default flag: every answer carries its verdict).",
+    )
+    g.add_argument(
         "--max-tokens", type=int, help=f"Answer length (default {DEFAULT_MAX_TOKENS}; smoke {SMOKE_MAX_TOKENS})."
     )
     g.add_argument(
@@ -339,7 +345,7 @@ def _run_grounding(args: argparse.Namespace, launch: Launcher, progress: Progres
         report = evaluate(items, models, args.base_url, key, **run)  # type: ignore[arg-type]
     else:
         progress(f"starting the embedded server (pools {', '.join(models)})")
-        with launch(models, progress) as server:
+        with launch(models, progress, guardrail=args.guardrail) as server:
             report = evaluate(items, models, server.base + "/v1", server.key, **run)  # type: ignore[arg-type]
     report.update(set=str(path), smoke=bool(args.smoke))
     return report

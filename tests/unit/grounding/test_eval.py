@@ -169,7 +169,7 @@ def test_run_items_stops_at_the_deadline():
 
 def _launcher(calls: list[list[str]]):
     @contextmanager
-    def launch(models, progress):
+    def launch(models, progress, guardrail="flag"):
         calls.append(models)
         yield StubServer()
 

@@ -36,7 +36,8 @@ def test_which_policies_score_and_which_wait():
 
 
 def test_the_threshold_decides_and_the_wire_form_says_why():
-    assert PASS.passed and not FAIL.passed
+    assert PASS.passed
+    assert not FAIL.passed
     assert Verdict(0.9, 0.9, 10, ()).passed  # reaching the threshold is enough
     wire = FAIL.wire(regenerated=True)
     assert wire == {
