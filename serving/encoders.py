@@ -10,7 +10,8 @@ How embeddings reach the engine, and why:
   always runs the tower itself. The encoder-disaggregation connectors (`vllm/distributed/ec_transfer`)
   could carry tower outputs, but they key entries by vLLM's own multimodal hash and need connector-enabled
   engines, which the in-process CPU engine does not run. So the audio pool computes the tower's input, the
-  128-bin log-mel features, and hands them over as `input_audio_features`. This is also required: with
+  log-mel features (the checkpoint's own feature extractor), and hands them over as `input_audio_features`.
+  This is also required: with
   `image_embeds` next to raw audio, vLLM 0.32 runs the HF processor on a prompt holding an image marker but
   no image, and the request fails. Measured: features from the pool give the same prompt ids and greedy
   tokens as raw audio. Features are computed over the whole clip, not per 5 s window, because Whisper's

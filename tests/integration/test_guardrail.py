@@ -1,0 +1,130 @@
+"""The grounding guardrail on the live server: per-tenant policies flag, block and off, streamed and whole."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+import httpx
+
+from grounding.guardrail import REFUSAL
+from grounding.world import Scene, Shape, png_bytes
+from tests import media
+from tests.conftest import ADMIN_KEY
+from tests.openai_wire import openai_client
+
+ADMIN = {"authorization": f"Bearer {ADMIN_KEY}"}
+
+
+def _tenant(server, policy: str, threshold: float = 0.9) -> str:
+    """A new tenant under `policy`; returns its key."""
+    made = httpx.post(f"{server.base_url}/admin/tenants", headers=ADMIN, json={"name": f"guard-{uuid.uuid4().hex[:8]}"})
+    assert made.status_code in (200, 201), made.text
+    tenant = made.json()
+    put = httpx.put(
+        f"{server.base_url}/admin/tenants/{tenant['id']}/quota",
+        headers=ADMIN,
+        json={"grounding_policy": policy, "grounding_threshold": threshold, "tokens_per_minute": 10**6},
+    )
+    assert put.status_code == 200, put.text
+    assert put.json()["grounding_policy"] == policy
+    key = httpx.post(f"{server.base_url}/admin/tenants/{tenant['id']}/keys", headers=ADMIN, json={})
+    return key.json()["key"]
+
+
+def _red_circle() -> str:
+    scene = Scene(320, 240, (250, 250, 250), 0.0, 0, (Shape("circle", "red", "large", "centre", 160, 120, 70),))
+    return media.data_url(png_bytes(scene), "image/png")
+
+
+def _image_question(url: str) -> list[dict]:
+    parts = [
+        {"type": "image_url", "image_url": {"url": url}},
+        {"type": "text", "text": "What shape and colour is in this image?"},
+    ]
+    return [{"role": "user", "content": parts}]
+
+
+def _clip_question() -> list[dict]:
+    clip = media.speech("The meeting is moved to Thursday at three o'clock.")
+    audio = {"type": "input_audio", "input_audio": {"data": media.wav_b64(clip), "format": "wav"}}
+    return [{"role": "user", "content": [audio, {"type": "text", "text": "When is the meeting?"}]}]
+
+
+def _receipt(server, key: str, request_id: str, timeout_s: float = 60.0) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = httpx.get(f"{server.v1}/usage/{request_id}", headers={"authorization": f"Bearer {key}"})
+        if got.status_code == 200 and got.json()["grounding_score"] is not None:
+            return got.json()
+        assert time.monotonic() < deadline, f"{request_id}: {got.status_code} {got.text}"
+        time.sleep(0.5)
+
+
+def test_flag_puts_the_verdict_on_the_response_and_on_the_last_chunk(server):
+    key = _tenant(server, "flag")
+    client = openai_client(server.v1, key, timeout=120)
+    whole = client.chat.completions.create(model="large", messages=_image_question(_red_circle()), max_tokens=24)
+    verdict = whole.model_dump()["grounding"]
+    assert set(verdict) == {"score", "threshold", "passed", "flagged", "claims", "unsupported_claims"}
+    assert verdict["passed"] is (verdict["score"] >= 0.9)
+    assert verdict["flagged"] is not verdict["passed"]
+    receipt = _receipt(server, key, whole.id)
+    assert receipt["grounding_score"] == verdict["score"]
+    assert receipt["grounding_passed"] is verdict["passed"]
+    assert receipt["question_kind"] == "describe"
+
+    chunks = list(
+        client.chat.completions.create(
+            model="large",
+            messages=_image_question(_red_circle()),
+            max_tokens=24,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    last = chunks[-1].model_dump()
+    assert last["usage"]["prompt_tokens"] > 0
+    assert last["grounding"]["score"] == verdict["score"]  # same image, same greedy answer
+    assert all("grounding" not in c.model_dump() for c in chunks[:-1])
+
+
+def test_a_text_request_carries_no_verdict(server):
+    client = openai_client(server.v1, _tenant(server, "flag"), timeout=120)
+    plain = client.chat.completions.create(model="small", messages=[{"role": "user", "content": "Hi"}], max_tokens=3)
+    assert "grounding" not in plain.model_dump()
+
+
+def test_block_regenerates_then_refuses_an_answer_its_audio_does_not_support(server):
+    key = _tenant(server, "block")
+    # The small pool's weights are random: its answer about the clip states nothing the clip supports.
+    with httpx.Client(timeout=180) as http:
+        resp = http.post(
+            f"{server.v1}/chat/completions",
+            headers={"authorization": f"Bearer {key}"},
+            json={"model": "small", "messages": _clip_question(), "max_tokens": 16, "temperature": 0},
+        )
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    message = body["choices"][0]["message"]
+    assert message["content"] is None
+    assert message["refusal"] == REFUSAL
+    assert body["grounding"]["regenerated"] is True
+    assert body["grounding"]["passed"] is False
+    receipt = _receipt(server, key, body["id"])
+    assert receipt["grounding_passed"] is False
+    # Both attempts ran on an engine and are metered.
+    usage = httpx.get(f"{server.v1}/usage", headers={"authorization": f"Bearer {key}"}, params={"group_by": "model"})
+    assert usage.status_code == 200, usage.text
+    assert sum(row["requests"] for row in usage.json()["data"]) == 2, json.dumps(usage.json())
+
+
+def test_off_leaves_answers_unscored(server):
+    key = _tenant(server, "off")
+    client = openai_client(server.v1, key, timeout=120)
+    answer = client.chat.completions.create(model="small", messages=_clip_question(), max_tokens=8)
+    assert "grounding" not in answer.model_dump()
+    time.sleep(3)  # a score, were one made, lands within about a second
+    got = httpx.get(f"{server.v1}/usage/{answer.id}", headers={"authorization": f"Bearer {key}"}).json()
+    assert got["grounding_score"] is None
