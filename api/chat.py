@@ -82,8 +82,13 @@ async def _guarded(
     verdict = await grounding.verdict(completion.request_id)
     action = decide(guard, verdict, streamed=False, attempt=0)
     regenerated = False
+    strongest = service.strongest_model(completion.submission.modalities)
+    if action == "regenerate" and completion.model == strongest and request.params.temperature == 0:
+        # Greedy decoding on the same pool would give the same answer again: refuse without spending it.
+        action = "refuse"
+        if verdict is not None:
+            body = _refusal(body, verdict)
     if action == "regenerate":
-        strongest = service.strongest_model(completion.submission.modalities)
         completion = await service.start(replace(request, model=strongest), policy)
         grounding.prepare(completion.request_id, completion.submission.audio)
         body = await complete_body(req, completion)

@@ -117,6 +117,23 @@ def server(tmp_path_factory: pytest.TempPathFactory, fake_stripe) -> Iterator[Li
 
 
 @pytest.fixture(scope="session")
+def large_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """A server of the large pool alone with every modality (the shared server's large pool takes no audio): its
+    Whisper audio tower, as trained and served, against transformers, and the playground hearing a clip."""
+    data = tmp_path_factory.mktemp("tessera-large")
+    env = {
+        **os.environ,
+        "TESSERA_API_KEY": API_KEY,
+        "TESSERA_ADMIN_KEY": ADMIN_KEY,
+        "TESSERA_PORT": str(free_port()),
+        "TESSERA_DATA_DIR": str(data),
+        "TESSERA_MODELS_DIR": str(MODELS_DIR),
+        "TESSERA_POOLS": json.dumps([{"name": "large", "aliases": ["70b"]}]),
+    }
+    yield from run_server(env, data / "server.log")
+
+
+@pytest.fixture(scope="session")
 def client(server: LiveServer):
     from tests.openai_wire import openai_client
 

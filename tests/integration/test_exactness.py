@@ -70,3 +70,21 @@ def test_swapping_interleaved_images_changes_the_prompt(client):
     _, again_ids, again_tokens = _server_greedy(client, "small", messages)
     assert ids_ab != ids_ba  # image sizes differ, so the placeholder runs move with the images
     assert (again_ids, again_tokens) == (ids_ab, tokens_ab)
+
+
+@pytest.fixture(scope="module")
+def large_with_audio(large_server):
+    from tests.conftest import API_KEY
+    from tests.openai_wire import openai_client
+
+    return openai_client(large_server.v1, API_KEY, timeout=120)
+
+
+@pytest.mark.parametrize("case", ["audio", "image+audio"])
+def test_large_hears_as_transformers_does(large_with_audio, case):
+    messages, images, audios = _case(case)
+    resp, prompt_ids, token_ids = _server_greedy(large_with_audio, "large", messages)
+    ref_prompt, ref_tokens = reference.greedy("large", messages, images, audios, MAX_TOKENS)
+    assert prompt_ids == ref_prompt
+    assert token_ids == ref_tokens
+    assert resp.usage.prompt_tokens_details.audio_tokens == reference.media_token_counts("large", ref_prompt)["audio"]
