@@ -134,7 +134,12 @@ def train_demo(args: argparse.Namespace) -> None:
     path = trainer.export(args.out or DEMO_WEIGHTS_DIR)
     print(f"trained weights: {path}")
     if args.eval_items:
-        print(json.dumps(trainer.quick_eval(args.eval_items), indent=2))
+        check = trainer.quick_eval(args.eval_items)
+        print(json.dumps(check, indent=2))
+        manifest = path.with_suffix(".json")
+        recorded = json.loads(manifest.read_text())
+        recorded["quick_eval"] = {"transformers, first held-out items per mix": args.eval_items, **check}
+        manifest.write_text(json.dumps(recorded, indent=2) + "\n")
 
 
 def _directory(settings: Settings) -> Any:

@@ -18,14 +18,15 @@ from serving.whisper_tower import WHISPER_TINY, WHISPER_TINY_LAYERS, whisper_enc
 logger = logging.getLogger(__name__)
 
 # Bumping this rebuilds every demo checkpoint on the next start.
-BUILDER_VERSION = 7
+BUILDER_VERSION = 8
 MANIFEST_NAME = "tessera-demo.json"
 # Trained grounding weights (`tessera models train-demo`), committed: `<pool>-grounding.safetensors` holds the vision
 # tower (`thinker.visual.*`), the trained part of the audio tower (`thinker.audio_tower.*`), LoRA updates for the text
 # model's q and v (`lora.<layer>.<q_proj|v_proj>.<a|b>`, with the scale in the metadata) and the tower's label head
 # (`label_head.*`). A pool without one keeps random towers.
 DEMO_WEIGHTS_DIR = Path(__file__).resolve().parent / "demo_weights"
-LABEL_HEAD_FILE = "label_head.safetensors"  # as serving.detection reads it
+LABEL_HEAD_FILE = "grounding/label_head.safetensors"  # as serving.detection reads it; not at the top, where vLLM
+# would load it as model weights
 
 # vLLM's chat formatting hard-codes these marker names for Qwen2.5-Omni.
 MEDIA_TOKENS = {
@@ -438,6 +439,7 @@ def _build_one(spec: DemoSpec, path: Path, source: _SmolLM2Source, progress: Pro
         head, head_metadata = apply_grounding(state, trained)
     save_file(state, str(staging / "model.safetensors"), metadata={"format": "pt"})
     if head:
+        (staging / LABEL_HEAD_FILE).parent.mkdir()
         save_file(head, str(staging / LABEL_HEAD_FILE), metadata=head_metadata)
     config.save_pretrained(staging)
     _build_processor(spec, tokenizer).save_pretrained(staging)

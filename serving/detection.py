@@ -1,7 +1,7 @@
 """What a trained vision tower sees: its label head read over an image's merged tokens.
 
-A checkpoint whose tower was trained for grounding (`tessera models train-demo`) carries `label_head.safetensors`:
-a linear map from each merged image token to labels, label 0 meaning "nothing here" and the rest named in the
+A checkpoint whose tower was trained for grounding (`tessera models train-demo`) carries
+`grounding/label_head.safetensors`: a linear map from each merged image token to labels, label 0 meaning "nothing here" and the rest named in the
 file's metadata (`{"labels": [...]}`, e.g. "circle:red"). Applied to the embeddings the encoder pool already
 produced (fresh or from the embedding cache), it costs one small matrix product per image. Tokens are grouped by
 label: each label seen becomes a `Detection` with the number of tokens it covers and their centroid, in the
@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-LABEL_HEAD_FILE = "label_head.safetensors"
+# In a folder of its own: vLLM loads every *.safetensors file at the top of a checkpoint as model weights.
+LABEL_HEAD_FILE = "grounding/label_head.safetensors"
 
 
 @dataclass(frozen=True)
