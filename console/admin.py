@@ -1,5 +1,6 @@
-"""The admin area of the console: a live overview of the pools, tenants (create, suspend, quotas, usage, keys)
-and prices. It calls the same directory and price book as the JSON admin API."""
+"""The admin area of the console: an overview (the pools live, answer quality across tenants, the latest grounding
+eval), tenants (create, suspend, quotas and guardrail, usage, keys) and prices. It calls the same directory and
+price book as the JSON admin API."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from typing import Annotated, Any
 
 from litestar import Controller, Request, Response, get, post
 from litestar.di import Provide
-from litestar.enums import RequestEncodingType
+from litestar.enums import MediaType, RequestEncodingType
+from litestar.exceptions import NotFoundException
 from litestar.params import Body
 from litestar.response import Redirect, Template
 from sqlalchemy import Engine
@@ -19,19 +21,27 @@ from api.auth import Authenticator
 from api.settings import Settings
 from billing.prices import DIMENSIONS, PriceBook
 from console.auth import ADMIN_SESSION, admin_marker, sign_in, sign_out
+from console.forms import dollars_to_micros, quota_fields, threshold_step
 from console.keys import EXPIRY_DAYS, key_options
 from console.pages import money, page
-from console.usage import csv_response, date_range, gauges, usage_csv, usage_view
+from console.quality import EVAL_HTML, EVAL_JSON, EVAL_REPORT_POLICY, eval_headline, eval_report_html, overview_quality
+from console.usage import csv_response, date_range, day_bounds, gauges, usage_csv, usage_view
 from serving.cache import EmbeddingCache
 from serving.errors import InvalidRequest
 from serving.metrics import ServerMetrics
 from serving.pools import PoolRegistry
 from tenancy.console_sessions import ConsoleSessions
-from tenancy.directory import Directory, Principal, Tenant, TenantQuota
+from tenancy.directory import GROUNDING_POLICIES, Directory, Principal, Tenant, TenantQuota
 from tenancy.limits import RateLimiter
 from tenancy.metering import month_by_tenant
 
 Form = Annotated[dict[str, Any], Body(media_type=RequestEncodingType.URL_ENCODED)]
+# The quota form's choices, and the guardrail a new tenant starts with (the table's defaults).
+QUOTA_FORM = {
+    "grounding_policies": GROUNDING_POLICIES,
+    "threshold_step": threshold_step,
+    "new_quota": TenantQuota(tenant_id=""),
+}
 
 
 def live_figures(metrics: ServerMetrics, pools: PoolRegistry, cache: EmbeddingCache | None) -> dict[str, Any]:
@@ -70,48 +80,6 @@ def live_figures(metrics: ServerMetrics, pools: PoolRegistry, cache: EmbeddingCa
         "cache_enabled": cache is not None,
         "cache_lookups": hits + misses,
         "cache_hit_rate": (hits / (hits + misses)) if hits + misses else None,
-    }
-
-
-def _int_field(
-    data: dict[str, Any], name: str, label: str, *, minimum: int = 0, blank_none: bool = False
-) -> int | None:
-    raw = str(data.get(name, "")).strip().replace(",", "")
-    if not raw:
-        if blank_none:
-            return None
-        raise InvalidRequest(f"{label} is required", param=name)
-    try:
-        value = int(raw)
-    except ValueError as exc:
-        raise InvalidRequest(f"{label} must be a whole number", param=name) from exc
-    if value < minimum:
-        raise InvalidRequest(f"{label} must be at least {minimum}", param=name)
-    return value
-
-
-def _dollars_to_micros(raw: str, label: str, param: str) -> int | None:
-    raw = raw.strip().lstrip("$").replace(",", "")
-    if not raw:
-        return None
-    try:
-        value = float(raw)
-    except ValueError as exc:
-        raise InvalidRequest(f"{label} must be an amount like 12.50", param=param) from exc
-    if value < 0 or value > 1e9:
-        raise InvalidRequest(f"{label} must be between 0 and 1,000,000,000", param=param)
-    return round(value * 1_000_000)
-
-
-def quota_fields(data: dict[str, Any]) -> dict[str, Any]:
-    """The quota form, validated: blank budgets mean no budget."""
-    return {
-        "tokens_per_minute": _int_field(data, "tokens_per_minute", "Tokens per minute"),
-        "concurrent_requests": _int_field(data, "concurrent_requests", "Concurrent requests", minimum=1),
-        "monthly_token_budget": _int_field(data, "monthly_token_budget", "Monthly token budget", blank_none=True),
-        "monthly_cost_budget_micros": _dollars_to_micros(
-            str(data.get("monthly_cost_budget", "")), "Monthly spending budget", "monthly_cost_budget"
-        ),
     }
 
 
@@ -162,6 +130,7 @@ class TenantViews:
             current=None,
             action=f"{base}/keys",
             manage=True,
+            **QUOTA_FORM,
             **extra,
         )
 
@@ -204,14 +173,38 @@ class AdminConsoleController(Controller):
 
     @get("/")
     async def overview(
-        self, console_admin: Principal, server_metrics: ServerMetrics, pools: PoolRegistry, cache: Any
+        self,
+        console_admin: Principal,
+        server_metrics: ServerMetrics,
+        pools: PoolRegistry,
+        cache: Any,
+        db: Engine,
+        start: str | None = None,
+        end: str | None = None,
     ) -> Template:
+        first, last = date_range(start, end)
+        quality = await asyncio.to_thread(overview_quality, db, *day_bounds(first, last))
         return page(
             "console/admin/overview.html.jinja2",
             area="admin",
             active="overview",
             live=live_figures(server_metrics, pools, cache),
+            quality=quality,
+            start=first.isoformat(),
+            end=last.isoformat(),
+            eval_report=await asyncio.to_thread(eval_headline),
+            eval_json=EVAL_JSON,
+            eval_html=EVAL_HTML,
         )
+
+    @get("/eval/grounding.html")
+    async def eval_report(self, console_admin: Principal) -> Response[str]:
+        """The latest grounding eval's own HTML page, from its one fixed path, shown sandboxed."""
+        body = await asyncio.to_thread(eval_report_html)
+        if body is None:
+            raise NotFoundException(f"there is no eval report at {EVAL_HTML}: run tessera eval grounding --report")
+        headers = {"content-security-policy": EVAL_REPORT_POLICY, "cache-control": "no-store"}
+        return Response(body, media_type=MediaType.HTML, headers=headers)
 
     @get("/live")
     async def live(
@@ -313,7 +306,7 @@ class AdminConsoleController(Controller):
         for model in models:
             for dim in DIMENSIONS:
                 name = f"{model}.{dim}"
-                micros = _dollars_to_micros(str(data.get(name, "")), f"The {dim} price of {model}", name)
+                micros = dollars_to_micros(str(data.get(name, "")), f"The {dim} price of {model}", name)
                 if micros is not None and micros != current[model][dim]:
                     changes.append((model, dim, micros))
         for model, dim, micros in changes:
@@ -345,6 +338,7 @@ async def _tenants_page(directory: Directory, db: Engine, status_code: int = 200
         status_code=status_code,
         tenants=rows,
         month={t: {**m, "cost": money(m["cost_micros"])} for t, m in month.items()},
+        **QUOTA_FORM,
         **extra,
     )
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from litestar.enums import MediaType
+from litestar.plugins.htmx import HTMXTemplate
 from litestar.response import Template
+
+TOAST_EVENT = "tessera:toast"  # console.js shows the message of this HX-Trigger event in the page's toast
 
 
 def page(template: str, *, area: str, active: str = "", status_code: int = 200, **context: Any) -> Template:
@@ -15,6 +18,19 @@ def page(template: str, *, area: str, active: str = "", status_code: int = 200, 
         media_type=MediaType.HTML,
         status_code=status_code,
         # Console pages hold a tenant's data and, once, a new key: never cached, nor restored from history.
+        headers={"cache-control": "no-store"},
+    )
+
+
+def toasted(template: str, *, message: str, area: str, **context: Any) -> HTMXTemplate:
+    """The partial an HTMX write action answers with, and an `HX-Trigger` asking the page to toast `message`."""
+    return HTMXTemplate(
+        template_name=template,
+        context={"area": area, "active": "", **context},
+        media_type=MediaType.HTML,
+        trigger_event=TOAST_EVENT,
+        params={"message": message},
+        after="receive",
         headers={"cache-control": "no-store"},
     )
 

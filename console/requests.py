@@ -1,27 +1,33 @@
-"""Console requests log: a tenant's requests, newest first, filtered and paginated, and one request's receipt."""
+"""Console requests log: a tenant's requests, newest first, filtered and paginated, one request's receipt, and the
+tenant's thumbs up or down on an answer."""
 
 from __future__ import annotations
 
 import asyncio
 import math
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import urlencode
 
-from litestar import Controller, get
+from litestar import Controller, get, post
+from litestar.enums import RequestEncodingType
 from litestar.exceptions import NotFoundException
-from litestar.response import Template
+from litestar.params import Body
+from litestar.plugins.htmx import HTMXRequest, HTMXTemplate
+from litestar.response import Redirect, Template
 from sqlalchemy import Engine
 
 from api.settings import Settings
-from console.pages import money, page
+from console.pages import money, page, toasted
 from serving.errors import InvalidRequest
 from serving.pools import PoolRegistry
 from tenancy.directory import Principal
-from tenancy.metering import MIXES, STATUSES, receipt, requests_page
+from tenancy.metering import MIXES, STATUSES, receipt, record_feedback, requests_page
 
 PER_PAGE = 25
 SUMMARY_POLLS = 20  # the playground's summary stops asking after this many tries, about 15 s
+# The feedback form's buttons, what each stores, and what the toast says.
+FEEDBACK = {"up": (1, "Thanks: marked as a good answer."), "down": (-1, "Thanks: marked as a bad answer.")}
 
 
 def _filters(model: str | None, mix: str | None, status: str | None, grounding_below: str | None) -> dict[str, Any]:
@@ -133,4 +139,30 @@ class RequestsController(Controller):
             r=row,
             request_id=request_id,
             next_attempt=attempt + 1 if pending and attempt + 1 < SUMMARY_POLLS else None,
+        )
+
+    @post("/{request_id:str}/feedback")
+    async def feedback(
+        self,
+        request: HTMXRequest,
+        request_id: str,
+        signed_in: Principal,
+        db: Engine,
+        data: Annotated[dict[str, Any], Body(media_type=RequestEncodingType.URL_ENCODED)],
+    ) -> HTMXTemplate | Redirect:
+        """Thumbs up or down on one of the tenant's answers; pressing again replaces it. With HTMX the buttons are
+        swapped in place; a plain form goes on to the receipt, which shows the rating."""
+        choice = FEEDBACK.get(str(data.get("feedback", "")).strip())
+        if choice is None:
+            raise InvalidRequest("feedback must be up or down", param="feedback")
+        value, thanks = choice
+        if not await asyncio.to_thread(record_feedback, db, signed_in.tenant_id, request_id, value):
+            raise NotFoundException(f"no request '{request_id}' for this tenant")
+        if not request.htmx:
+            return Redirect(f"/console/requests/{request_id}", status_code=303)
+        return toasted(
+            "console/_feedback.html.jinja2",
+            message=thanks,
+            area="tenant",
+            r={"request_id": request_id, "feedback": value},
         )

@@ -1,5 +1,6 @@
 """Console usage: tokens per modality per day (a stacked chart drawn as SVG on the server, so it reads without
-JS), cost per model, live quota gauges and CSV export. The admin area shows the same view for any tenant."""
+JS), cost per model, grounding and regenerations by modality mix, live quota gauges and CSV export. The admin
+area shows the same view for any tenant."""
 
 from __future__ import annotations
 
@@ -18,10 +19,11 @@ from sqlalchemy import Engine
 
 from api.settings import Settings
 from console.pages import money, page
+from console.quality import slice_rows
 from serving.errors import InvalidRequest
 from tenancy.directory import Principal, TenantQuota
 from tenancy.limits import RateLimiter
-from tenancy.metering import aggregate, grounding_by_mix, spent_this_month
+from tenancy.metering import aggregate, grounding_by_mix, regeneration_by_mix, spent_this_month
 
 DEFAULT_DAYS = 14
 GROUNDING_LOW = 0.5  # the usage page counts scores below this as poorly grounded
@@ -57,7 +59,8 @@ def date_range(start: str | None, end: str | None, today: date | None = None) ->
     return first, last
 
 
-def _bounds(first: date, last: date) -> tuple[datetime, datetime]:
+def day_bounds(first: date, last: date) -> tuple[datetime, datetime]:
+    """The instants [since, until) that UTC days first to last cover."""
     return datetime.combine(first, time.min, UTC), datetime.combine(last + timedelta(days=1), time.min, UTC)
 
 
@@ -121,17 +124,18 @@ def stacked_chart(rows: list[dict[str, Any]], first: date, last: date) -> dict[s
 
 
 def usage_view(db: Engine, tenant_id: str, first: date, last: date) -> dict[str, Any]:
-    since, until = _bounds(first, last)
+    since, until = day_bounds(first, last)
     days = aggregate(db, tenant_id, since, until, "day")
     models = aggregate(db, tenant_id, since, until, "model")
     grounding = grounding_by_mix(db, tenant_id, since, until, low=GROUNDING_LOW)
+    regeneration = regeneration_by_mix(db, since, until, tenant_id=tenant_id)
     return {
         "start": first.isoformat(),
         "end": last.isoformat(),
         "chart": stacked_chart(days, first, last),
         "days": days,
         "models": [{**m, "cost": money(m["cost_micros"])} for m in models],
-        "grounding": grounding,
+        "grounding": slice_rows(grounding, regeneration),
         "grounding_low": GROUNDING_LOW,
         "requests": sum(m["requests"] for m in models),
         "cost": money(sum(m["cost_micros"] for m in models)),
@@ -139,7 +143,7 @@ def usage_view(db: Engine, tenant_id: str, first: date, last: date) -> dict[str,
 
 
 def usage_csv(db: Engine, tenant_id: str, first: date, last: date) -> str:
-    since, until = _bounds(first, last)
+    since, until = day_bounds(first, last)
     out = io.StringIO()
     writer = csv.writer(out)
     writer.writerow(CSV_FIELDS)

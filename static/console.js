@@ -10,3 +10,17 @@
     }
   });
 })();
+
+// Write actions answer with `HX-Trigger: {"tessera:toast": {"message": ...}}`: the message is shown in the page's
+// toast, as a new element each time so that its fade-out starts again.
+(function () {
+  document.addEventListener("tessera:toast", (event) => {
+    const toast = document.getElementById("toast");
+    const message = event.detail && event.detail.message;
+    if (!toast || typeof message !== "string") return;
+    const p = document.createElement("p");
+    p.className = "toast-message toast-ok";
+    p.textContent = message;
+    toast.replaceChildren(p);
+  });
+})();

@@ -1,11 +1,15 @@
-"""Usage records and their aggregates: receipts for one tenant, sums by modality, model or day."""
+"""Usage records and their aggregates: receipts for one tenant, sums by modality, model or day, grounding and
+regeneration slices, and the tenant's thumbs on an answer."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, String, case, func
+from sqlalchemy import Engine, Float, String, and_, case, func, update
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.functions import FunctionElement
 from sqlmodel import Session, col, select
 
 from db.models import InferenceRequest
@@ -87,6 +91,9 @@ def _receipt(row: InferenceRequest) -> dict[str, Any]:
         "cost_micros": row.cost_micros,
         "grounding_score": row.grounding_score,
         "grounding_unsupported": row.grounding_unsupported,
+        "grounding_passed": row.grounding_passed,
+        "question_kind": row.question_kind,
+        "feedback": row.feedback,
     }
 
 
@@ -190,27 +197,164 @@ def spent_this_month(db: Engine, tenant_id: str) -> tuple[int, int]:
 def grounding_by_mix(
     db: Engine, tenant_id: str | None, start: datetime, end: datetime, low: float = 0.5
 ) -> list[dict[str, Any]]:
-    """Grounding sliced by modality mix: scored requests, their mean score and how many fell below `low`.
-    An aggregate over all mixes could hide a weak encoder behind a strong one."""
-    score = col(InferenceRequest.grounding_score)
+    """Grounding of one tenant sliced by modality mix: scored requests, their mean score, how many fell below
+    `low` and how many of those judged passed the tenant's guardrail threshold. An aggregate over all mixes
+    could hide a weak encoder behind a strong one."""
+    where = [col(InferenceRequest.tenant_id) == tenant_id, col(InferenceRequest.grounding_score).is_not(None)]
+    return _grounding_slices(db, "mix", where, start, end, low)
+
+
+UNCLASSIFIED = "unclassified"  # the question kind of rows written before questions were classified
+# The column each slice of the grounding tables groups by, and how a group's value is named.
+_SLICES: dict[str, tuple[Any, Any]] = {
+    "mix": (col(InferenceRequest.modality_mask), mix_name),
+    "kind": (col(InferenceRequest.question_kind), lambda kind: kind or UNCLASSIFIED),
+}
+SLICES = tuple(_SLICES)
+
+
+def grounding_slices(
+    db: Engine, start: datetime, end: datetime, *, by: str = "mix", tenant_id: str | None = None, low: float = 0.5
+) -> list[dict[str, Any]]:
+    """Grounding and thumbs of every tenant (or only of `tenant_id`) sliced by modality mix or by question kind.
+    A slice counts the requests that were scored or rated; rows of no tenant (the operator's own) are left out."""
+    if by not in _SLICES:
+        raise ValueError(f"by must be one of {', '.join(SLICES)}")
+    scored, rated = col(InferenceRequest.grounding_score).is_not(None), col(InferenceRequest.feedback).is_not(None)
+    return _grounding_slices(db, by, [_tenants(tenant_id), scored | rated], start, end, low)
+
+
+def _tenants(tenant_id: str | None) -> Any:
+    """Every tenant's rows (None), or one tenant's."""
+    tenant = col(InferenceRequest.tenant_id)
+    return tenant.is_not(None) if tenant_id is None else tenant == tenant_id
+
+
+def _counted(condition: Any) -> Any:
+    return func.coalesce(func.sum(case((condition, 1), else_=0)), 0)
+
+
+def _grounding_slices(
+    db: Engine, by: str, where: list[Any], start: datetime, end: datetime, low: float
+) -> list[dict[str, Any]]:
+    key, name = _SLICES[by]
+    score, passed = col(InferenceRequest.grounding_score), col(InferenceRequest.grounding_passed)
+    thumbs = col(InferenceRequest.feedback)
+    columns: list[Any] = [
+        key,
+        func.count(),
+        func.count(score),
+        func.avg(score),
+        _counted(score < low),
+        func.count(passed),
+        _counted(passed.is_(True)),
+        _counted(thumbs == 1),
+        _counted(thumbs == -1),
+    ]
     query: Any = (
-        select(
-            col(InferenceRequest.modality_mask),
-            func.count(),
-            func.avg(score),
-            func.sum(case((score < low, 1), else_=0)),
-        )
-        .where(
-            col(InferenceRequest.tenant_id) == tenant_id,
-            col(InferenceRequest.created_at) >= start,
-            col(InferenceRequest.created_at) < end,
-            score.is_not(None),
-        )
-        .group_by(col(InferenceRequest.modality_mask))
-        .order_by(col(InferenceRequest.modality_mask))
+        select(*columns)
+        .where(*where, col(InferenceRequest.created_at) >= start, col(InferenceRequest.created_at) < end)
+        .group_by(key)
+        .order_by(key.is_(None), key)  # unclassified last on every database
     )
     with Session(db) as s:
-        return [
-            {"modalities": mix_name(m), "scored": int(n), "mean": float(avg), "below": int(below or 0)}
-            for m, n, avg, below in s.exec(query)
-        ]
+        rows = list(s.exec(query))
+    return [
+        {
+            "slice": name(k),
+            "modalities": mix_name(k) if by == "mix" else None,
+            "requests": int(n),
+            "scored": int(n_scored),
+            "mean": None if avg is None else float(avg),
+            "below": int(below),
+            "judged": int(judged),
+            "passed": int(ok),
+            "passed_share": int(ok) / int(judged) if judged else None,
+            "thumbs_up": int(up),
+            "thumbs_down": int(down),
+        }
+        for k, n, n_scored, avg, below, judged, ok, up, down in rows
+    ]
+
+
+REGENERATION_WINDOW_S = 300.0  # the same ask again within this long counts as a regeneration
+
+
+class seconds_between(FunctionElement[float]):  # noqa: N801 (an SQL function, named as SQL names them)
+    """`later - earlier` in seconds, in the SQL of the database at hand."""
+
+    type = Float()
+    name = "seconds_between"
+    inherit_cache = True
+
+
+@compiles(seconds_between, "sqlite")
+def _seconds_sqlite(element: seconds_between, compiler: SQLCompiler, **kw: Any) -> str:
+    # To the millisecond: julianday's doubles are off by some microseconds, enough to put exactly five minutes
+    # past a five-minute window.
+    later, earlier = (compiler.process(c, **kw) for c in element.clauses)
+    return f"round((julianday({later}) - julianday({earlier})) * 86400.0, 3)"
+
+
+@compiles(seconds_between)
+def _seconds_postgresql(element: seconds_between, compiler: SQLCompiler, **kw: Any) -> str:
+    # PostgreSQL's, as the default: the only database besides SQLite the project runs on.
+    later, earlier = (compiler.process(c, **kw) for c in element.clauses)
+    return f"EXTRACT(EPOCH FROM ({later} - {earlier}))"
+
+
+def regeneration_by_mix(
+    db: Engine,
+    start: datetime,
+    end: datetime,
+    *,
+    tenant_id: str | None = None,
+    window_s: float = REGENERATION_WINDOW_S,
+) -> list[dict[str, Any]]:
+    """Per modality mix, the share of requests in [start, end) that repeat an earlier request of the same tenant
+    (an equal prompt fingerprint) made at most `window_s` before them: the user asked again. Every tenant's rows,
+    or only `tenant_id`'s; rows without a fingerprint are not counted.
+
+    The request just before each one with its fingerprint is found with LAG: if that one is too old, every
+    earlier one is too. Requests from up to `window_s` before `start` count as earlier requests, not as rows."""
+    fingerprint, at = col(InferenceRequest.prompt_fingerprint), col(InferenceRequest.created_at)
+    previous = func.lag(at).over(
+        partition_by=(col(InferenceRequest.tenant_id), fingerprint), order_by=(at, col(InferenceRequest.request_id))
+    )
+    rows = (
+        select(col(InferenceRequest.modality_mask).label("mask"), at.label("at"), previous.label("previous"))
+        .where(_tenants(tenant_id), fingerprint.is_not(None), at >= start - timedelta(seconds=window_s), at < end)
+        .subquery()
+    )
+    again = and_(rows.c.previous.is_not(None), seconds_between(rows.c.at, rows.c.previous) <= window_s)
+    query: Any = (
+        select(rows.c.mask, func.count(), _counted(again))
+        .where(rows.c.at >= start)
+        .group_by(rows.c.mask)
+        .order_by(rows.c.mask)
+    )
+    with Session(db) as s:
+        found = list(s.exec(query))
+    return [
+        {"modalities": mix_name(m), "requests": int(n), "regenerated": int(k), "rate": int(k) / int(n)}
+        for m, n, k in found
+    ]
+
+
+def record_feedback(db: Engine, tenant_id: str | None, request_id: str, value: int) -> bool:
+    """Store the tenant's thumbs (1 up, -1 down) on one of its own requests, replacing any before; False when
+    the request is not that tenant's. One UPDATE, so it never overwrites what the usage log or the grounding
+    scorer write to the row meanwhile."""
+    if value not in (1, -1):
+        raise ValueError("feedback is 1 (thumbs up) or -1 (thumbs down)")
+    if tenant_id is None:
+        return False  # the operator's own rows belong to no tenant, and no one rates them here
+    query = (
+        update(InferenceRequest)
+        .where(col(InferenceRequest.request_id) == request_id, col(InferenceRequest.tenant_id) == tenant_id)
+        .values(feedback=value)
+    )
+    with Session(db) as s:
+        changed = s.exec(query).rowcount  # type: ignore[call-overload]
+        s.commit()
+    return bool(changed == 1)

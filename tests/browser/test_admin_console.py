@@ -50,9 +50,13 @@ def test_admin_console_lowers_a_tenants_tpm_and_the_api_refuses(server, browser,
     tenant.chat.completions.create(**body)
 
     page.get_by_label("Tokens per minute").fill("1")
+    page.get_by_label("Guardrail policy").select_option("flag")
+    page.get_by_label("Guardrail threshold").fill("0.65")
     page.get_by_role("button", name="Save quota").click()
     page.get_by_text("Quota saved.").wait_for()
     assert " of 1 (" in page.locator("[data-gauge='tpm']").inner_text()
+    assert page.get_by_label("Guardrail policy").input_value() == "flag"
+    assert page.get_by_label("Guardrail threshold").input_value() == "0.65"
     with pytest.raises(openai.RateLimitError):
         tenant.chat.completions.create(**body)
     shoot(page, "admin-tenant")

@@ -79,6 +79,13 @@ def test_sign_in_and_playground_with_an_image(server, browser, tenant_key, tmp_p
         "(document.querySelector(\"#summary dd[data-field='cost']\") || {innerText: ''}).innerText.startsWith('$')",
         timeout=20_000,
     )
+    # Thumbs on the answer: HTMX swaps the buttons in place and toasts; pressing the other one changes it.
+    feedback = "(document.querySelector(\"#summary [data-field='feedback']\") || {innerText: ''}).innerText"
+    page.get_by_role("button", name="Thumbs up").click()
+    wait_until(page, f"{feedback}.includes('thumbs up')")
+    assert "good answer" in page.locator("#toast").inner_text()
+    page.get_by_role("button", name="Thumbs down").click()
+    wait_until(page, f"{feedback}.includes('thumbs down')")
     shoot(page, "playground")
 
     # The usage chart counts that request, with its image tokens in today's bar.
@@ -106,6 +113,7 @@ def test_sign_in_and_playground_with_an_image(server, browser, tenant_key, tmp_p
     page.get_by_role("link", name="Requests").click()
     page.wait_for_url("**/console/requests")
     assert page.locator("#requests tbody tr").count() == 1
+    assert "thumbs down" in page.locator("#requests tbody tr [data-field='feedback']").inner_text()
     page.get_by_label("Modalities").select_option("text")
     page.get_by_role("button", name="Filter").click()
     wait_until(page, "document.getElementById('requests-total').innerText.startsWith('0 ')")

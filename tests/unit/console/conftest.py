@@ -1,5 +1,5 @@
 """The console as the real `create_app` builds it (middleware, headers, sessions, CSRF), over a migrated SQLite
-database and without engines: the pages these tests visit need none."""
+database, with in-process limits and live metrics but without engines: the pages these tests visit need none."""
 
 from __future__ import annotations
 
@@ -14,8 +14,10 @@ from api.app import create_app
 from api.auth import Authenticator
 from api.settings import Settings
 from api.state import AppState
+from serving.metrics import ServerMetrics
 from serving.pools import PoolRegistry
 from tenancy.directory import Directory
+from tenancy.limits import InProcessLimiter
 from tests.dbs import migrated
 
 ADMIN_KEY = "sk-unit-admin"
@@ -68,14 +70,14 @@ def console(tmp_path, db, directory) -> Iterator[Callable[..., TestClient[Any]]]
                 pools=PoolRegistry([]),
                 service=None,  # type: ignore[arg-type]
                 quotas=None,  # type: ignore[arg-type]
-                metrics=None,  # type: ignore[arg-type]
+                metrics=ServerMetrics(),
                 db=db,
                 directory=directory,
                 auth=Authenticator(directory, s.admin_key),
                 demo_key=None,
                 demo_key_new=False,
                 prices=None,  # type: ignore[arg-type]
-                limiter=None,  # type: ignore[arg-type]
+                limiter=InProcessLimiter(),
             )
 
         app = create_app(settings, state_factory=light_state)

@@ -1,11 +1,13 @@
-"""The console's own logic, without a browser: date ranges, the stacked chart's geometry, quota forms and the
-admin overview's live window."""
+"""The console's own logic, without a browser: date ranges, the stacked chart's geometry, quota and guardrail forms,
+the admin overview's live window, quality slices and the eval report's headline."""
 
 from datetime import date
 
 import pytest
 
 from console.admin import quota_fields
+from console.forms import threshold_step
+from console.quality import eval_headline, eval_report_html, slice_rows
 from console.usage import _gauge, _nice_ceiling, date_range, stacked_chart
 from serving.errors import InvalidRequest
 from serving.metrics import LiveWindow
@@ -89,3 +91,62 @@ def test_live_window_rates_and_ttft_quantiles_per_pool(monkeypatch):
     assert snap["pools"]["large"]["ttft_p50_ms"] is None
     clock[0] += 61  # the minute passes
     assert live.snapshot() == {"span_s": 60.0, "rps": 0.0, "pools": {}}
+
+
+def test_quota_form_guardrail_fields():
+    base = {"tokens_per_minute": "10", "concurrent_requests": "1"}
+    fields = quota_fields({**base, "grounding_policy": "flag", "grounding_threshold": "0.35"})
+    assert (fields["grounding_policy"], fields["grounding_threshold"]) == ("flag", 0.35)
+    assert "grounding_policy" not in quota_fields(base)  # a form without them leaves the guardrail as it was
+    for bad, message in (
+        ({"grounding_policy": "loud"}, "one of off, score, flag, block"),
+        ({"grounding_threshold": ""}, "from 0 to 1"),
+        ({"grounding_threshold": "-0.1"}, "from 0 to 1"),
+        ({"grounding_threshold": "inf"}, "from 0 to 1"),
+        ({"grounding_threshold": "half"}, "from 0 to 1"),
+    ):
+        with pytest.raises(InvalidRequest, match=message):
+            quota_fields({**base, **bad})
+    # The box steps by 0.05, but a threshold set off that grid through the API must still submit unchanged.
+    assert [threshold_step(t) for t in (0.0, 0.5, 0.65, 0.9, 1.0, 0.33)] == ["0.05"] * 5 + ["any"]
+
+
+def test_slice_rows_join_grounding_and_regeneration_by_mix():
+    grounding = [{"modalities": "text+audio", "scored": 2, "mean": 0.5, "below": 1, "judged": 2, "passed": 1}]
+    regeneration = [
+        {"modalities": "text+audio", "requests": 4, "regenerated": 1, "rate": 0.25},
+        {"modalities": "text", "requests": 3, "regenerated": 0, "rate": 0.0},
+    ]
+    rows = slice_rows(grounding, regeneration)
+    assert [r["modalities"] for r in rows] == ["text", "text+audio"]
+    assert (rows[0]["scored"], rows[0]["mean"], rows[0]["judged"], rows[0]["regeneration"]["requests"]) == (
+        0,
+        None,
+        0,
+        3,
+    )
+    assert (rows[1]["passed"], rows[1]["regeneration"]["regenerated"]) == (1, 1)
+    assert slice_rows(grounding, [])[0]["regeneration"] is None
+
+
+def test_eval_headline_reads_the_report_and_survives_a_bad_one(tmp_path):
+    json_path, html_path = tmp_path / "g.json", tmp_path / "g.html"
+    assert eval_headline(json_path, html_path) is None
+    json_path.write_text(
+        '{"started_at": "2026-12-04T08:00:00Z", "gate": {"model": "large", "passed": true, "failures": []},'
+        ' "models": {"large": {"summary": {"overall": {"items": 3, "accuracy": 1.0, "hallucination_rate": null,'
+        ' "guardrail": {"precision": 0.5, "recall": "high"}}, "by_mix": {"audio": {"items": 3, "accuracy": 0.5}}}}}}'
+    )
+    headline = eval_headline(json_path, html_path)
+    assert (headline["error"], headline["gate_passed"], headline["has_html"]) == (None, True, False)
+    [model] = headline["models"]
+    overall = model["overall"]
+    assert (overall["items"], overall["accuracy"], overall["hallucination_rate"]) == (3, 1.0, None)
+    assert (overall["guardrail_precision"], overall["guardrail_recall"]) == (0.5, None)  # not a number: not shown
+    assert [(s["slice"], s["accuracy"]) for s in model["slices"]] == [("overall", 1.0), ("audio", 0.5)]
+    for broken in ("[1, 2]", "{", '{"models": 3}'):
+        json_path.write_text(broken)
+        assert "could not be read" in eval_headline(json_path, html_path)["error"]
+    html_path.write_text("<p>report</p>")
+    assert eval_report_html(html_path) == "<p>report</p>"
+    assert eval_report_html(tmp_path / "none.html") is None

@@ -1,0 +1,84 @@
+"""The admin console's form fields, validated with the form's own labels: whole numbers, amounts of money and the
+tenant quota form, guardrail included."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from serving.errors import InvalidRequest
+from tenancy.directory import GROUNDING_POLICIES
+
+THRESHOLD_STEP = 0.05  # the threshold box's step; any value in [0, 1] is taken
+
+
+def int_field(data: dict[str, Any], name: str, label: str, *, minimum: int = 0, blank_none: bool = False) -> int | None:
+    raw = str(data.get(name, "")).strip().replace(",", "")
+    if not raw:
+        if blank_none:
+            return None
+        raise InvalidRequest(f"{label} is required", param=name)
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise InvalidRequest(f"{label} must be a whole number", param=name) from exc
+    if value < minimum:
+        raise InvalidRequest(f"{label} must be at least {minimum}", param=name)
+    return value
+
+
+def dollars_to_micros(raw: str, label: str, param: str) -> int | None:
+    raw = raw.strip().lstrip("$").replace(",", "")
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError as exc:
+        raise InvalidRequest(f"{label} must be an amount like 12.50", param=param) from exc
+    if value < 0 or value > 1e9:
+        raise InvalidRequest(f"{label} must be between 0 and 1,000,000,000", param=param)
+    return round(value * 1_000_000)
+
+
+def threshold_step(threshold: float) -> str:
+    """The threshold box's step: 0.05, or "any" for a threshold set off that grid (through the API), which a
+    browser would otherwise refuse to submit unchanged."""
+    steps = threshold / THRESHOLD_STEP
+    return f"{THRESHOLD_STEP:g}" if abs(steps - round(steps)) < 1e-6 else "any"
+
+
+def quota_fields(data: dict[str, Any]) -> dict[str, Any]:
+    """The quota form, validated: blank budgets mean no budget. The guardrail fields are set only when the form
+    carries them, so a post without them leaves the tenant's guardrail as it was."""
+    return {
+        "tokens_per_minute": int_field(data, "tokens_per_minute", "Tokens per minute"),
+        "concurrent_requests": int_field(data, "concurrent_requests", "Concurrent requests", minimum=1),
+        "monthly_token_budget": int_field(data, "monthly_token_budget", "Monthly token budget", blank_none=True),
+        "monthly_cost_budget_micros": dollars_to_micros(
+            str(data.get("monthly_cost_budget", "")), "Monthly spending budget", "monthly_cost_budget"
+        ),
+        **guardrail_fields(data),
+    }
+
+
+def guardrail_fields(data: dict[str, Any]) -> dict[str, Any]:
+    """The grounding guardrail's policy (off, score, flag or block) and threshold (0 to 1), as far as given."""
+    fields: dict[str, Any] = {}
+    if "grounding_policy" in data:
+        policy = str(data["grounding_policy"]).strip()
+        if policy not in GROUNDING_POLICIES:
+            raise InvalidRequest(
+                f"Guardrail policy must be one of {', '.join(GROUNDING_POLICIES)}", param="grounding_policy"
+            )
+        fields["grounding_policy"] = policy
+    if "grounding_threshold" in data:
+        message = "Guardrail threshold must be a number from 0 to 1, such as 0.5"
+        raw = str(data["grounding_threshold"]).strip()
+        try:
+            threshold = float(raw)
+        except ValueError as exc:
+            raise InvalidRequest(message, param="grounding_threshold") from exc
+        if not math.isfinite(threshold) or not 0.0 <= threshold <= 1.0:
+            raise InvalidRequest(message, param="grounding_threshold")
+        fields["grounding_threshold"] = threshold
+    return fields
