@@ -1,12 +1,12 @@
 """What a trained vision tower sees: its label head read over an image's merged tokens.
 
 A checkpoint whose tower was trained for grounding (`tessera models train-demo`) carries
-`grounding/label_head.safetensors`: a linear map from each merged image token to labels, label 0 meaning "nothing
-here" and the rest named in the file's metadata (`{"labels": [...]}`, e.g. "circle:red"). Applied to the embeddings the encoder pool already
-produced (fresh or from the embedding cache), it costs one small matrix product per image. Tokens are grouped by
-label: each label seen becomes a `Detection` with the number of tokens it covers and their centroid, in the
-image's own coordinates (0 at the top or left, 1 at the bottom or right). This is the evidence the grounding
-scorer checks an answer's claims about an image against.
+`grounding/label_head.safetensors`: a linear map from each merged image token to labels, label 0 meaning
+"nothing here" and the rest named in the file's metadata (`{"labels": [...]}`, e.g. "circle:red"). Applied to
+the embeddings the encoder pool already produced (fresh or from the embedding cache), it costs one small matrix
+product per image. Tokens are grouped by label: each label seen becomes a `Detection` with the number of tokens
+it covers and their centroid, in the image's own coordinates (0 at the top or left, 1 at the bottom or right).
+This is the evidence the grounding scorer checks an answer's claims about an image against.
 """
 
 from __future__ import annotations
