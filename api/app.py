@@ -22,7 +22,7 @@ from litestar.static_files import create_static_files_router
 from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 from litestar.template.config import TemplateConfig
 
-from api.openapi import SECURED, openapi_config
+from api.openapi import PRECHECK, SECURED, openapi_config
 from api.parsing import JsonRequest, refuse_nul_in_path
 from api.routes.admin import AdminController
 from api.routes.billing import BillingAdminController, PriceController, stripe_webhook
@@ -44,6 +44,7 @@ from console.sessions import session_middleware
 from console.usage import UsageController
 from tenancy.console_sessions import ConsoleSessions
 from tenancy.directory import Principal
+from tenancy.quotas import QuotaGate
 
 logger = logging.getLogger(__name__)
 
@@ -110,6 +111,14 @@ def create_app(
         # whatever it sent, and costs no parsing.
         await slot.get().auth.principal(connection)
 
+    async def room_for_a_request(connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler) -> None:
+        # Before the body: a tenant with no request slot or token left gets its 429 without its megabytes being
+        # read and parsed (serving checks again, for callers that come another way, such as the playground).
+        state = slot.get()
+        quotas: QuotaGate | None = state.quotas  # None in an engine-less app (the OpenAPI tests)
+        if handler.opt.get(PRECHECK) and quotas is not None:
+            await quotas.policy(await state.auth.principal(connection)).precheck()
+
     async def admin_only(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
         await slot.get().auth.admin(connection)
 
@@ -124,7 +133,7 @@ def create_app(
             usage_summary,
         ],
         dependencies={"principal": Provide(principal)},
-        guards=[authenticated, refuse_nul_in_path],
+        guards=[authenticated, refuse_nul_in_path, room_for_a_request],
         security=SECURED,
         tags=["openai"],
     )

@@ -77,6 +77,11 @@ class StreamingOperation(Operation):
             ok.content["text/event-stream"] = OpenAPIMediaType(schema=_EVENT)
 
 
+# A route handler's `opt` key: the caller's room for another request (its concurrency slot and token budget) is
+# checked by a guard, before the body is read or parsed, so a caller at its limits costs no parsing.
+PRECHECK = "precheck_caller"
+
+
 class ParsedBody(AbstractDTO[T], Generic[T]):
     """A JSON body read by Tessera's own parser, which names the offending `param` in every 400, and documented by
     the wire struct that parser validates against. A subclass names the struct and the parser:

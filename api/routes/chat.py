@@ -8,7 +8,7 @@ from litestar import Response, post
 from litestar.response import Stream
 
 from api.chat import answer_chat
-from api.openapi import ParsedBody, StreamingOperation, answer, errors
+from api.openapi import PRECHECK, ParsedBody, StreamingOperation, answer, errors
 from api.parsing import parse_chat_request
 from api.protocol import ChatCompletion, ChatCompletionRequest
 from api.settings import Settings
@@ -29,6 +29,7 @@ class ChatBody(ParsedBody[ChatCompletionRequest]):
     before_request=ChatBody.parse_large_off_loop,
     return_dto=None,
     operation_class=StreamingOperation,
+    opt={PRECHECK: True},
     responses={
         **answer(ChatCompletion, "The completion; with `stream: true`, `chat.completion.chunk` events instead."),
         **errors(400, 401, 403, 404, 413, 429, 503),

@@ -7,7 +7,7 @@ from typing import Any
 from litestar import Response, post
 from litestar.response import Stream
 
-from api.openapi import ParsedBody, StreamingOperation, answer, errors
+from api.openapi import PRECHECK, ParsedBody, StreamingOperation, answer, errors
 from api.responses import create_response as respond
 from api.responses import parse_responses_request
 from api.responses_protocol import ResponseObject, ResponsesRequest
@@ -28,6 +28,7 @@ class ResponsesBody(ParsedBody[ResponsesRequest]):
     before_request=ResponsesBody.parse_large_off_loop,
     return_dto=None,
     operation_class=StreamingOperation,
+    opt={PRECHECK: True},
     responses={
         **answer(ResponseObject, "The response; with `stream: true`, typed `response.*` events instead."),
         **errors(400, 401, 403, 404, 413, 429, 503),

@@ -111,6 +111,10 @@ def test_health_answers_while_large_media_requests_arrive(server):
     holder = threading.Thread(target=hold)
     holder.start()
     assert holder_started.wait(60), "the long answer never started"
+    # The slot is checked before the body is read: a tenant at its limit gets its 429 even for a body that would not
+    # parse, so the burst below costs no parsing.
+    garbled = httpx.post(server.v1 + "/chat/completions", content=b'{"model": "small", "messages": [', headers=headers)
+    assert garbled.status_code == 429, garbled.text
 
     poller = subprocess.Popen(
         [sys.executable, "-c", _POLLER, server.base_url + "/health"],
