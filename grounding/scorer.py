@@ -37,8 +37,10 @@ import numpy as np
 
 from grounding.audio_evidence import SOUND_TEXT, audio_claim_verdicts, sound_label
 from grounding.claims import split_claims, transcript_chunks
+from grounding.golden import IMAGE_KINDS
 from grounding.image_evidence import image_claim_verdicts
 from grounding.models import MiniLMEmbedder, WhisperTranscriber, default_minilm_dir, default_whisper_dir
+from grounding.questions import question_kind
 from serving.detection import ImageFindings
 
 SUPPORT_THRESHOLD = 0.55
@@ -143,7 +145,10 @@ class GroundingScorer:
                 if image_claim_verdicts(sentence, images, question) or audio_claim_verdicts(sentence, heard, label):
                     continue  # its facts were checked one by one above
                 verdicts[("sentence", None, sentence)] = (sentence, best >= self.support_threshold)
-        if not verdicts:  # as `score`: audio with nothing checkable scores 0; an image answer with none, 1
-            return GroundingResult(0.0 if has_audio else 1.0, 0, ())
+        if not verdicts:
+            # As `score`, audio with nothing checkable scores 0. So does an image answer asserting nothing to a
+            # question about what the image shows (it did not answer from the image); to anything else, 1.
+            asked_about_image = question_kind(question) in IMAGE_KINDS
+            return GroundingResult(0.0 if has_audio or asked_about_image else 1.0, 0, ())
         unsupported = tuple(text for text, ok in verdicts.values() if not ok)
         return GroundingResult((len(verdicts) - len(unsupported)) / len(verdicts), len(verdicts), unsupported)

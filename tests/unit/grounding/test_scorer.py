@@ -200,3 +200,13 @@ def test_media_answers_are_checked_fact_by_fact(scorer):
     red_circle = (ImageFindings(4, 4, (Detection("circle:red", 2, 0.5, 0.5),)),)
     both = scorer.score_media("The circle is red. My favourite colour is blue.", speech, red_circle, transcript=said)
     assert both.unsupported == ("the colour blue",)
+
+
+def test_an_image_answer_that_asserts_nothing_scores_by_what_was_asked(scorer):
+    from serving.detection import Detection, ImageFindings
+
+    red_circle = (ImageFindings(4, 4, (Detection("circle:red", 2, 0.5, 0.5),)),)
+    assert (
+        scorer.score_media("According to sources, indeed.", None, red_circle, "What colour is the circle?").score == 0
+    )
+    assert scorer.score_media("Hello there, friend.", None, red_circle, "Write a poem.").score == 1.0
