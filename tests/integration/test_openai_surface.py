@@ -76,8 +76,11 @@ def test_forced_tool_calls_validate_against_their_parameters(client, model, choi
     tool_choice = "required" if choice == "required" else {"type": "function", "function": {"name": "get_time"}}
     schemas = {t["function"]["name"]: t["function"]["parameters"] for t in (WEATHER, CLOCK)}
 
+    # Allowed parallel calls, the large demo repeats one call until max_tokens: one call each here.
+    parallel = {"parallel_tool_calls": False} if model == "large" else {}
+
     def ask(prompt):
-        return _ask(client, model, prompt, max_tokens=96, tools=[WEATHER, CLOCK], tool_choice=tool_choice)
+        return _ask(client, model, prompt, max_tokens=96, tools=[WEATHER, CLOCK], tool_choice=tool_choice, **parallel)
 
     for resp in _fan_out(ask, PROMPTS[:8]):
         calls = _calls(resp)
@@ -114,7 +117,13 @@ def test_streamed_tool_calls_reassemble_to_the_same_call(client, choice):
 def test_a_two_turn_tool_conversation(client):
     question = [{"role": "user", "content": "What is the weather in Paris, in celsius?"}]
     first = client.chat.completions.create(
-        model="large", messages=question, max_tokens=128, temperature=0, tools=[WEATHER], tool_choice="required"
+        model="large",
+        messages=question,
+        max_tokens=128,
+        temperature=0,
+        tools=[WEATHER],
+        tool_choice="required",
+        parallel_tool_calls=False,  # allowed more than one, the large demo repeats its call until max_tokens
     )
     assert first.choices[0].finish_reason == "tool_calls", first.choices[0]
     call = first.choices[0].message.tool_calls[0]
