@@ -343,7 +343,9 @@ def test_two_gateways_share_the_concurrency_limit(gateway, gateway_b):
     long_body = {
         "model": "small",
         "messages": [{"role": "user", "content": "Tell a story."}],
-        "max_tokens": 400,
+        # Long enough that it cannot finish before the probe below arrives: 400 tokens of the tiny small demo fit
+        # in the socket buffers and were done (slot freed) before gateway B was asked, once, on a busy machine.
+        "max_tokens": 3000,
         "ignore_eos": True,
         "stream": True,
     }
