@@ -82,20 +82,18 @@ async def _guarded(
     verdict = await grounding.verdict(completion.request_id)
     action = decide(guard, verdict, streamed=False, attempt=0)
     regenerated = False
-    strongest = service.strongest_model(completion.submission.modalities)
-    if action == "regenerate" and completion.model == strongest and request.params.temperature == 0:
-        # Greedy decoding on the same pool would give the same answer again: refuse without spending it.
-        action = "refuse"
-        if verdict is not None:
-            body = _refusal(body, verdict)
     if action == "regenerate":
-        completion = await service.start(replace(request, model=strongest), policy)
-        grounding.prepare(completion.request_id, completion.submission.audio)
-        body = await complete_body(req, completion)
-        verdict = await grounding.verdict(completion.request_id)
-        action, regenerated = decide(guard, verdict, streamed=False, attempt=1), True
-        if action == "refuse" and verdict is not None:
-            body = _refusal(body, verdict)
+        strongest = service.strongest_model(completion.submission.modalities)
+        if completion.model == strongest and request.params.temperature == 0:
+            action = "refuse"  # greedy decoding on the same pool would only give the same answer again
+        else:
+            completion = await service.start(replace(request, model=strongest), policy)
+            grounding.prepare(completion.request_id, completion.submission.audio)
+            body = await complete_body(req, completion)
+            verdict = await grounding.verdict(completion.request_id)
+            action, regenerated = decide(guard, verdict, streamed=False, attempt=1), True
+    if action == "refuse" and verdict is not None:
+        body = _refusal(body, verdict)
     if verdict is not None:
         body["grounding"] = verdict.wire(regenerated=regenerated)
     return Response(body, headers=response_headers(completion))
