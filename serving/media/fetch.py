@@ -44,6 +44,10 @@ class FetchPolicy:
     def permits(self, host: str, address: IPAddress) -> bool:
         if host.lower() in self.allow_hosts or any(address in net for net in self.allow_networks):
             return True
+        if address in _LOCAL_NAT64 and address not in _LOCAL_NAT64_96:
+            return False  # a network-specific NAT64 prefix longer than /48: where its IPv4 sits is not knowable
+        if isinstance(address, ipaddress.IPv6Address) and address.is_site_local:
+            return False  # deprecated fec0::/10, which older ipaddress versions count as global
         embedded = _embedded_ipv4(address)
         if embedded is not None and not (embedded.is_global and not embedded.is_multicast):
             return False
@@ -51,17 +55,23 @@ class FetchPolicy:
 
 
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_LOCAL_NAT64 = ipaddress.ip_network("64:ff9b:1::/48")  # RFC 8215 local-use prefix
+_LOCAL_NAT64_96 = ipaddress.ip_network("64:ff9b:1::/96")
+_IPV4_COMPATIBLE = ipaddress.ip_network("::/96")  # deprecated ::a.b.c.d
+_IPV4_TRANSLATED = ipaddress.ip_network("::ffff:0:0:0/96")  # SIIT ::ffff:0:a.b.c.d
+_LAST_32_BITS = (_NAT64, _LOCAL_NAT64_96, _IPV4_COMPATIBLE, _IPV4_TRANSLATED)
 
 
 def _embedded_ipv4(address: IPAddress) -> ipaddress.IPv4Address | None:
-    """The IPv4 address an IPv6 one stands for: mapped (::ffff:a.b.c.d), 6to4 (2002::/16) or NAT64."""
+    """The IPv4 address an IPv6 one stands for: mapped (::ffff:a.b.c.d), 6to4 (2002::/16), NAT64 (64:ff9b::/96
+    and the local-use 64:ff9b:1::/96), IPv4-compatible (::a.b.c.d) or IPv4-translated (::ffff:0:a.b.c.d)."""
     if not isinstance(address, ipaddress.IPv6Address):
         return None
     if address.ipv4_mapped is not None:
         return address.ipv4_mapped
     if address.sixtofour is not None:
         return address.sixtofour
-    if address in _NAT64:
+    if any(address in net for net in _LAST_32_BITS):
         return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
     return None
 

@@ -202,6 +202,29 @@ def test_fetch_connects_to_the_address_it_checked_and_refuses_embedded_private_o
     assert policy.permits("x", ipaddress.ip_address("64:ff9b::5db8:d822"))  # NAT64 of a public address
 
 
+@pytest.mark.parametrize(
+    ("address", "allowed"),
+    [
+        ("64:ff9b:1::7f00:1", False),  # local-use NAT64 of 127.0.0.1
+        ("64:ff9b:1::a00:1", False),  # local-use NAT64 of 10.0.0.1
+        ("64:ff9b:1::a9fe:a9fe", False),  # local-use NAT64 of 169.254.169.254
+        ("64:ff9b:1::808:808", True),  # local-use NAT64 of a public address
+        ("64:ff9b:1:7f00:0:100::", False),  # a longer local-use prefix: the embedded IPv4 cannot be located
+        ("::7f00:1", False),  # IPv4-compatible 127.0.0.1
+        ("::a00:1", False),  # IPv4-compatible 10.0.0.1
+        ("::c0a8:7", False),  # IPv4-compatible 192.168.0.7
+        ("::808:808", True),  # IPv4-compatible public address
+        ("::ffff:0:7f00:1", False),  # IPv4-translated 127.0.0.1
+        ("::ffff:0:a00:1", False),  # IPv4-translated 10.0.0.1
+        ("fec0::1", False),  # deprecated site-local
+        ("::", False),
+        ("2606:4700::1111", True),
+    ],
+)
+def test_fetch_policy_refuses_private_ipv4_in_every_ipv6_embedding(address, allowed):
+    assert _policy().permits("example.test", ipaddress.ip_address(address)) is allowed
+
+
 def test_large_base64_is_decoded_in_slices_with_the_same_verdicts():
     """Past one slice the data is decoded piecewise; what is accepted and refused stays the same."""
     import base64
