@@ -97,6 +97,51 @@ def test_audio_refusals():
     assert (_code(exc), exc.value.param) == ("invalid_base64", "a.data")
 
 
+def _wav_claiming_rate(rate: int) -> bytes:
+    """A real 16 kHz WAV whose fmt chunk is rewritten to claim `rate` (and the matching byte rate)."""
+    import struct
+
+    raw = bytearray(media.audio_bytes(2.0, 16000, "WAV"))  # 32,000 frames: 0.17 s at 192 kHz
+    assert raw[12:16] == b"fmt "
+    raw[24:32] = struct.pack("<II", rate, rate * 2)  # mono 16-bit: two bytes a frame
+    return bytes(raw)
+
+
+def test_audio_sample_rate_is_capped_from_the_header_before_decoding(monkeypatch):
+    import soundfile as sf
+
+    loader = AudioLoader(target_rate=16000, max_seconds=30)
+    assert loader.load_bytes(_wav_claiming_rate(192_000), "wav", param="a").sample_rate == 16000  # the cap itself
+
+    def no_decode(*_, **__):
+        raise AssertionError("an over-rate clip must be refused from its header, before any decode")
+
+    monkeypatch.setattr(sf, "read", no_decode)
+    with pytest.raises(MediaError) as exc:
+        loader.load_bytes(_wav_claiming_rate(384_000), "wav", param="a")
+    assert (_code(exc), exc.value.param) == ("invalid_audio", "a")
+    assert "384000 Hz" in str(exc.value)
+
+
+def test_audio_whose_header_claims_more_than_decodes_is_refused():
+    """An MP3 cut after its Xing header: the header still claims 2 s, the frames decode to under 1 s."""
+    loader = AudioLoader(target_rate=16000, max_seconds=30)
+    whole = media.audio_bytes(2.0, 22050, "MP3")
+    assert abs(loader.probe(whole[: len(whole) // 2], "mp3", param="a") - 2.0) < 0.06
+    with pytest.raises(MediaError) as exc:
+        loader.load_bytes(whole[: len(whole) // 2], "mp3", param="a")
+    assert (_code(exc), exc.value.param) == ("audio_duration_mismatch", "a")
+    # libsndfile clamps a WAV's data length to the bytes present, so an over-claiming WAV header is read as
+    # what it holds: the probe and the decode agree and the clip is accepted at its true length.
+    import struct
+
+    wav = bytearray(media.audio_bytes(1.0, 16000, "WAV"))
+    at = wav.index(b"data")
+    wav[at + 4 : at + 8] = struct.pack("<I", 8 * 32000)  # claims 8 s of 16-bit mono
+    loaded = AudioLoader(target_rate=16000, max_seconds=3).load_bytes(bytes(wav), "wav", param="a")
+    assert abs(loaded.seconds - 1.0) < 0.01
+
+
 @pytest.mark.parametrize(
     ("address", "allowed"),
     [
