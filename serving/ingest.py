@@ -68,6 +68,14 @@ class MessagePlan:
                     parts.append(str(content))
         return "\n".join(parts) or None
 
+    def opens_with_media(self) -> bool:
+        """Whether a medium is the very first thing the messages carry: no system prompt, earlier turn or text
+        precedes it, so what the template renders before it is the template's own."""
+        if not self.messages or self.messages[0].get("role") != "user":
+            return False
+        content = self.messages[0]["content"]
+        return isinstance(content, list) and bool(content) and content[0].get("type") in ("image", "audio")
+
     def user_texts(self) -> list[str]:
         """The text the user wrote, for routing by content."""
         out: list[str] = []

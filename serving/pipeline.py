@@ -101,11 +101,20 @@ class Pipeline:
                 parts["audio"] += audio_tokens_for(p.seconds)
         return parts
 
-    def cache_salt(self, caller_salt: str | None, media_hashes: set[str], plan: MessagePlan) -> str | None:
+    def cache_salt(
+        self,
+        caller_salt: str | None,
+        media_hashes: set[str],
+        plan: MessagePlan,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> str | None:
         """Requests whose media are all pinned share one salt, so their prefix is cached once for everyone; but
-        never a request with a system prompt, whose prefix is the caller's own. (What follows the pinned media
-        is shared too: a tenant can tell that someone asked the very same thing about a pinned medium.)"""
-        if self._shared_salt and media_hashes and media_hashes <= self._pinned and plan.system_text() is None:
+        only when the prompt opens with a pinned medium, with no tools: a system prompt, tool definitions (which
+        templates render into the system block), earlier turns or text before the first medium are the caller's
+        own, and a prefix-cache hit on them would tell another tenant what they were. (What follows the pinned
+        media is shared too: a tenant can tell that someone asked the very same thing about a pinned medium.)"""
+        shareable = bool(media_hashes) and media_hashes <= self._pinned and not tools and plan.opens_with_media()
+        if self._shared_salt and shareable:
             return self._shared_salt
         return caller_salt
 

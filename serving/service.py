@@ -155,7 +155,9 @@ class InferenceService:
         )
         if encoded.degraded:
             prompt = await pipeline.render(pool, encoded.plan, request.rendered_tools())
-        cache_salt = pipeline.cache_salt(caller.cache_salt, encoded.content_hashes, encoded.plan)
+        cache_salt = pipeline.cache_salt(
+            caller.cache_salt, encoded.content_hashes, encoded.plan, request.rendered_tools()
+        )
         engine_request = EngineRequest(
             request_id=request_id,
             prompt=prompt.text,

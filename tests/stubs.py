@@ -143,7 +143,13 @@ class Harness:
     tasks: BackgroundTasks
 
 
-def harness(engine: StubEngine | None = None, vision=None) -> Harness:
+def harness(
+    engine: StubEngine | None = None,
+    vision=None,
+    *,
+    pinned_media: set[str] | None = None,
+    shared_cache_salt: str | None = None,
+) -> Harness:
     engine = engine or StubEngine()
     pool = ModelPool(
         "stub",
@@ -164,7 +170,9 @@ def harness(engine: StubEngine | None = None, vision=None) -> Harness:
     tasks = BackgroundTasks()
     metrics = ServerMetrics()
     bus = CompletionBus(tasks, [metrics.record_completion, records.append])
-    pipeline = Pipeline(PoolRegistry([pool]), ingest, max_images=4)
+    pipeline = Pipeline(
+        PoolRegistry([pool]), ingest, max_images=4, pinned_media=pinned_media, shared_cache_salt=shared_cache_salt
+    )
     return Harness(
         InferenceService(pipeline, MediaEncoder(ingest, None), metrics, bus, tasks), pool, engine, records, tasks
     )

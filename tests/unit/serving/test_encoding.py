@@ -132,3 +132,47 @@ def test_a_shared_salt_never_covers_a_system_prompt():
     assert pipeline.cache_salt("tenant", {"logo"}, bare) == "everyone"
     assert pipeline.cache_salt("tenant", {"logo"}, system) == "tenant"
     assert pipeline.cache_salt("tenant", {"logo", "photo"}, bare) == "tenant"
+
+
+@pytest.mark.parametrize(
+    ("messages", "tools", "salt"),
+    [
+        ([{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "what is it?"}]}], None, "everyone"),
+        ([{"role": "user", "content": [{"type": "audio"}]}], None, "everyone"),
+        (  # a second pinned medium later in the conversation: only what follows the first one is the caller's
+            [
+                {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "and now?"}]},
+                {"role": "assistant", "content": "a logo"},
+                {"role": "user", "content": [{"type": "image"}]},
+            ],
+            None,
+            "everyone",
+        ),
+        (  # tool definitions, which templates render into the system block ahead of the medium
+            [{"role": "user", "content": [{"type": "image"}]}],
+            [{"type": "function", "function": {"name": "acme_lookup_customer", "parameters": {}}}],
+            "tenant",
+        ),
+        (  # earlier turns before the first medium
+            [
+                {"role": "user", "content": "Our Q3 numbers are confidential"},
+                {"role": "assistant", "content": "Understood"},
+                {"role": "user", "content": [{"type": "image"}]},
+            ],
+            None,
+            "tenant",
+        ),
+        (  # the caller's text ahead of the medium in the same message
+            [{"role": "user", "content": [{"type": "text", "text": "Acme's brief:"}, {"type": "image"}]}],
+            None,
+            "tenant",
+        ),
+        ([{"role": "assistant", "content": "Hello"}, {"role": "user", "content": [{"type": "image"}]}], None, "tenant"),
+    ],
+)
+def test_a_shared_salt_never_covers_tools_earlier_turns_or_text_before_the_first_medium(messages, tools, salt):
+    from serving.ingest import MessagePlan
+    from serving.pipeline import Pipeline
+
+    pipeline = Pipeline(None, None, max_images=8, pinned_media={"logo"}, shared_cache_salt="everyone")  # type: ignore[arg-type]
+    assert pipeline.cache_salt("tenant", {"logo"}, MessagePlan(messages, []), tools) == salt

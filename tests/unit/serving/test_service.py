@@ -62,6 +62,29 @@ def test_completed_stream_releases_once_and_publishes_one_record():
     assert caller.reserved[0][1] >= 16  # the estimate plus max_tokens
 
 
+@pytest.mark.parametrize(("with_tools", "salt"), [(False, "everyone"), (True, "salt-a")])
+def test_a_pinned_medium_shares_its_prefix_only_without_tools(with_tools, salt):
+    from serving.media.images import ImageLoader
+    from serving.tools import REQUIRED, ToolPlan, ToolSpec
+
+    url = media.png_data_url(1)
+    loader = ImageLoader(max_pixels=10**7, fetcher=None)  # type: ignore[arg-type]
+    pinned = loader.load_bytes(media.png_bytes(media.image(1)), param="p").content_hash
+    h = harness(pinned_media={pinned}, shared_cache_salt="everyone")
+    msg = ChatMessage.model_validate({"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}]})
+    tools = ToolPlan((ToolSpec("acme_lookup_customer"),), REQUIRED) if with_tools else None
+    request = GenerationRequest("stub", [msg], GenerationParams(16), tools=tools)
+
+    async def run():
+        completion = await h.service.start(request, RecordingCaller())
+        async with completion:
+            [d async for d in completion]
+        await _settle(h)
+
+    asyncio.run(run())
+    assert h.engine.requests[0].cache_salt == salt
+
+
 @pytest.mark.parametrize("how", ["close", "cancel", "exception"])
 def test_every_early_exit_aborts_the_engine_and_releases_once(how):
     h = harness(StubEngine(hang_at=1))
