@@ -119,7 +119,7 @@ async def complete_body(req: ChatCompletionRequest, completion: Completion) -> d
     async with completion:
         async for delta in completion:
             decoders[delta.index].feed(delta)
-    await completion.recorded()  # the response goes out once its usage is on record
+    await completion.require_recorded()  # the response goes out once its usage is on record, else a 503
     choices = []
     for choice, decoder in zip(completion.choices, decoders, strict=True):
         decoder.finish()

@@ -17,7 +17,7 @@ from typing import Any
 from litestar import Response
 from litestar.response import Stream
 
-from api.errors import ApiError
+from api.errors import ApiError, to_api_error
 from api.rendering import modality_counts, response_headers
 from api.responses_protocol import (
     FunctionCallItem,
@@ -34,6 +34,7 @@ from api.responses_protocol import (
 from api.streaming import SSE_HEADERS, EventStream, lease_events
 from serving.completion import Completion
 from serving.engine import EngineDelta
+from serving.errors import Unavailable
 from serving.record import TokenUsage
 from serving.tools import DecodedDelta, OutputDecoder, ToolCallDelta
 
@@ -127,7 +128,7 @@ async def complete(req: ResponsesRequest, completion: Completion) -> Response[di
         async for delta in completion:
             if delta.index == 0:
                 decoder.feed(delta)
-    await completion.recorded()  # the response goes out once its usage is on record
+    await completion.require_recorded()  # the response goes out once its usage is on record, else a 503
     decoder.finish()
     status: ItemStatus = "incomplete" if completion.finish_reason == "length" else "completed"
     output: list[OutputItem] = []
@@ -172,10 +173,16 @@ async def _events(
 
     async for event in lease_events(completion, opening, first, lambda d: list(events.feed(d)), failed):
         yield event
-    if not ended:
-        await completion.recorded()  # `response.completed` means the request's usage is on record
-        for event in events.finish(completion):
+    if ended:
+        return
+    try:
+        await completion.require_recorded()  # `response.completed` means the request's usage is on record
+    except Unavailable as exc:
+        for event in failed(to_api_error(exc)):
             yield event
+        return
+    for event in events.finish(completion):
+        yield event
 
 
 class _Events:

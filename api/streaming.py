@@ -2,7 +2,8 @@
 
 Each of the `n` choices opens with its role, streams content (or tool-call pieces, and logprobs when asked)
 and closes with its finish reason; a usage chunk follows when the client asked for it. An error after the
-stream started becomes an error event, then `[DONE]`.
+stream started becomes an error event, then `[DONE]`. `[DONE]` is sent only once the request's usage is on
+record; when it cannot be recorded, the stream ends with a `metering_unavailable` error event instead.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from api.protocol import (
 from api.rendering import extras, finish_reason, response_headers, wire_logprobs, wire_usage
 from serving.completion import Completion
 from serving.engine import EngineDelta
+from serving.errors import Unavailable
 from serving.tools import DecodedDelta, OutputDecoder
 
 logger = logging.getLogger(__name__)
@@ -173,7 +175,12 @@ async def _events(
 
     async for event in lease_events(completion, chunks.opening(), first, chunks.events, failed):
         yield event
-    await completion.recorded()
+    try:
+        await completion.require_recorded()
+    except Unavailable as exc:
+        if not ended:
+            yield _sse(to_api_error(exc).body())
+        return  # no `[DONE]`: it would say the usage is on record
     if not ended and (closing := chunks.closing(await verdict() if verdict is not None else None)):
         yield closing  # `[DONE]` means the request's usage is on record
     yield _sse("[DONE]")

@@ -20,6 +20,7 @@ from typing import Any
 
 from serving.background import BackgroundTasks
 from serving.engine import EngineDelta, EngineRequest, TokenLogprob
+from serving.errors import Unavailable
 from serving.policy import CallerIdentity, QuotaHold
 from serving.pools import ModelPool
 from serving.record import CompletionBus, CompletionRecord, TokenUsage
@@ -99,7 +100,7 @@ class Completion:
         self._last_token_at: float | None = None
         self._status: str | None = None
         self._closed = False
-        self._recorded: asyncio.Future[None] | None = None
+        self._recorded: asyncio.Future[bool] | None = None
 
     # -- identity ------------------------------------------------------------------------------------------
 
@@ -198,15 +199,24 @@ class Completion:
 
     async def recorded(self, timeout_s: float = 30.0) -> bool:
         """Wait until the request's usage is durably recorded (the journal closed its entry), at most
-        `timeout_s`; the API awaits this before it tells the client the request is done. False on timeout:
-        the journal keeps trying, and the answer is not held back any longer."""
+        `timeout_s`. False when the journal gave up or the wait timed out: the journal keeps the record and
+        settles it later, but the usage is not on record now."""
         if self._recorded is None:
             return True
         try:
-            await asyncio.wait_for(asyncio.shield(self._recorded), timeout_s)
-            return True
+            return await asyncio.wait_for(asyncio.shield(self._recorded), timeout_s)
         except TimeoutError:
             return False
+
+    async def require_recorded(self, timeout_s: float = 30.0) -> None:
+        """`recorded`, raising `Unavailable` (`metering_unavailable`) when the usage is not on record: the API
+        calls it before it tells the client the request is done, and answers with the error instead."""
+        if not await self.recorded(timeout_s):
+            raise Unavailable(
+                "the answer was generated but its usage could not be recorded; retry shortly",
+                code="metering_unavailable",
+                retry_after_s=2.0,
+            )
 
     def _observe(self, delta: EngineDelta) -> None:
         now = time.monotonic()

@@ -7,8 +7,8 @@ written before grounding scores it; a failing subscriber is logged and never sto
 
 Metering is a journal (`Journal`): it opens an entry before the engine sees the request and closes it with
 the record, so a request cut short by a crash still leaves an entry to settle. `publish` returns a future
-that resolves once the journal has closed the entry, which the API awaits before it tells the client the
-request is done.
+that resolves once the journal has tried to close the entry (True when it did), which the API awaits before it
+tells the client the request is done.
 """
 
 from __future__ import annotations
@@ -90,7 +90,8 @@ class Journal(Protocol):
         ...
 
     async def close(self, record: CompletionRecord) -> None:
-        """Durably settle the request's entry with its record (retrying as it sees fit)."""
+        """Durably settle the request's entry with its record (retrying as it sees fit); raising means the entry
+        is not settled yet."""
         ...
 
 
@@ -115,10 +116,10 @@ class CompletionBus:
         if self._journal is not None:
             await self._journal.open(opened)
 
-    def publish(self, record: CompletionRecord) -> asyncio.Future[None] | None:
+    def publish(self, record: CompletionRecord) -> asyncio.Future[bool] | None:
         """Runs synchronous subscribers now; from the first one that returns an awaitable on, the rest run in
         a background task that survives the request's cancellation. Returns a future that resolves once the
-        journal has closed the record's entry (None without a journal)."""
+        journal's close has returned (True) or raised (False); None without a journal."""
         chain: list[Subscriber] = [*self._subscribers]
         journal_at = None
         if self._journal is not None:
@@ -150,24 +151,27 @@ class CompletionBus:
         record: CompletionRecord,
         pending: Awaitable[None],
         rest: Sequence[Subscriber],
-        durable: asyncio.Future[None] | None = None,
+        durable: asyncio.Future[bool] | None = None,
         durable_at: int | None = None,
     ) -> None:
         """Awaits `pending`, then each of `rest` in turn; `durable` resolves once the subscriber at position
-        `durable_at` (counting `pending` as 0) has finished, failed or not."""
+        `durable_at` (counting `pending` as 0) has finished: True if it returned, False if it raised (or never
+        ran to its end)."""
         try:
             for position, subscriber in enumerate([*rest, None]):
+                succeeded = True
                 try:
                     await pending
                 except Exception:
+                    succeeded = False
                     logger.exception("completion subscriber failed on %s", record.request_id)
                 if durable is not None and position == durable_at and not durable.done():
-                    durable.set_result(None)
+                    durable.set_result(succeeded)
                 if subscriber is not None:
                     pending = self._call(subscriber, record) or _done()
         finally:
             if durable is not None and not durable.done():
-                durable.set_result(None)
+                durable.set_result(False)
 
 
 async def _done() -> None:

@@ -7,7 +7,9 @@ gateway dies mid-request.
 - `close`: when the request ends, the row gets its final counts, its price and its billing outbox rows, in
   one transaction that only applies to a row still `running`. It is retried with backoff (a locked or slow
   database); a retry after a commit that did land finds the row settled and adds nothing, so nothing is
-  billed twice. The API awaits it before it sends `[DONE]` or the response body.
+  billed twice. The API awaits it before it sends `[DONE]` or the response body. When every try fails, the
+  record is kept for the heartbeat loop and `close` raises, so the API ends the response with
+  `metering_unavailable` instead.
 - Each gateway instance keeps a heartbeat row. Rows whose owner's heartbeat stopped (a crash, kill -9) are
   settled as `interrupted` by any gateway, at start-up and then periodically, billed for the prompt tokens
   known when they were opened.
@@ -171,7 +173,8 @@ class UsageJournal:
             s.commit()
 
     async def close(self, record: CompletionRecord) -> None:
-        """Settle the record's row, retrying; if every try fails, it stays queued for the heartbeat loop."""
+        """Settle the record's row, retrying; if every try fails, it stays queued for the heartbeat loop and
+        this raises `Unavailable` (`metering_unavailable`): the request's usage is not on record yet."""
         for delay in (*self._retry_delays, None):
             try:
                 await asyncio.to_thread(self._close, record)
@@ -181,7 +184,11 @@ class UsageJournal:
                 if delay is None:
                     logger.error("usage journal: could not settle %s (%s); will retry", record.request_id, exc)
                     self._unsettled[record.request_id] = record
-                    return
+                    raise Unavailable(
+                        "the request's usage could not be recorded; it will be settled later",
+                        code="metering_unavailable",
+                        retry_after_s=2.0,
+                    ) from exc
                 logger.warning("usage journal: settling %s failed (%s); retrying", record.request_id, exc)
                 await asyncio.sleep(delay)
 

@@ -23,7 +23,7 @@ from serving.metrics import ServerMetrics
 from serving.pipeline import Pipeline
 from serving.policy import CallerIdentity
 from serving.pools import ModelPool, PoolRegistry
-from serving.record import CompletionBus, CompletionRecord
+from serving.record import CompletionBus, CompletionRecord, Journal
 from serving.service import InferenceService
 
 IMAGE_TOKEN = 99
@@ -149,6 +149,7 @@ def harness(
     *,
     pinned_media: set[str] | None = None,
     shared_cache_salt: str | None = None,
+    journal: Journal | None = None,
 ) -> Harness:
     engine = engine or StubEngine()
     pool = ModelPool(
@@ -169,7 +170,7 @@ def harness(
     records: list[CompletionRecord] = []
     tasks = BackgroundTasks()
     metrics = ServerMetrics()
-    bus = CompletionBus(tasks, [metrics.record_completion, records.append])
+    bus = CompletionBus(tasks, [metrics.record_completion, records.append], journal=journal)
     pipeline = Pipeline(
         PoolRegistry([pool]), ingest, max_images=4, pinned_media=pinned_media, shared_cache_salt=shared_cache_salt
     )

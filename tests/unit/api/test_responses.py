@@ -406,3 +406,38 @@ def test_an_error_after_the_stream_started_is_an_error_event_and_the_lease_ends(
     assert "response.completed" not in [e["type"] for e in events]
     assert h.records[0].status == "failed"
     assert h.engine.aborted == [h.records[0].request_id]
+
+
+class _UnsettledJournal:
+    """A journal that opens rows but cannot settle them: the database went away mid-request."""
+
+    async def open(self, opened):
+        return None
+
+    async def close(self, record):
+        from serving.errors import Unavailable
+
+        raise Unavailable("the request's usage could not be recorded", code="metering_unavailable")
+
+
+def test_a_response_whose_usage_cannot_be_settled_ends_in_an_error_not_completed():
+    from serving.errors import Unavailable
+
+    async def run(streamed):
+        h = harness(journal=_UnsettledJournal())
+        req = parse_responses_request(json.dumps({"model": "stub", "input": "hi", "stream": streamed}).encode())
+        conversation = to_conversation(req)
+        completion = await h.service.start(generation_request(req, conversation, 8), RecordingCaller())
+        if not streamed:
+            with pytest.raises(Unavailable) as refused:
+                await complete(req, completion)
+            return refused.value.code
+        response = await stream(req, completion, conversation.param)
+        return [json.loads(e.strip().split("\n")[1].removeprefix("data: ")) async for e in response.iterator]
+
+    events = asyncio.run(run(True))
+    assert [e["type"] for e in events][:2] == ["response.created", "response.in_progress"]
+    assert "response.completed" not in [e["type"] for e in events]
+    assert (events[-1]["type"], events[-1]["code"]) == ("error", "metering_unavailable")
+    EVENTS.validate_python(events[-1])
+    assert asyncio.run(run(False)) == "metering_unavailable"

@@ -191,3 +191,104 @@ def test_non_streaming_n_choices_and_named_tool_call():
     assert message["tool_calls"][0]["function"] == {"name": "get_weather", "arguments": '{"city": "Paris"}'}
     assert called["choices"][0]["finish_reason"] == "stop"  # a named function stops, as OpenAI's does
     assert tool_engine.requests[0].params.structured.json_schema == {"type": "object"}
+
+
+# -- the usage journal: `[DONE]` and the body go out only once the usage is on record -----------------------------
+
+
+@pytest.fixture
+def journal(tmp_path):
+    from billing.prices import PriceBook
+    from tenancy.usage_log import UsageJournal
+    from tests.dbs import migrated
+
+    databases = migrated("sqlite", tmp_path)
+    db = next(databases)
+    yield UsageJournal(db, PriceBook(db), retry_delays_s=(0.01, 0.02))
+    next(databases, None)
+
+
+def _status(journal, request_id):
+    from sqlmodel import Session
+
+    from db.models import InferenceRequest
+
+    with Session(journal._db) as s:
+        row = s.get(InferenceRequest, request_id)
+        return None if row is None else row.status
+
+
+def _failing_settle(journal):
+    calls = []
+
+    def settle(record):
+        calls.append(record.request_id)
+        raise RuntimeError("database is locked")
+
+    journal._close = settle
+    return calls
+
+
+async def _stream_with_id(h):
+    req = _req(stream=True)
+    completion = await h.service.start(generation_request(req, 8), RecordingCaller())
+    return await stream(req, completion), completion.request_id
+
+
+def test_done_is_sent_once_the_usage_row_is_settled(journal):
+    h = harness(journal=journal)
+
+    async def run():
+        response, request_id = await _stream_with_id(h)
+        seen = []
+        async for event in response.iterator:
+            seen.append((event, _status(journal, request_id)))
+        return seen
+
+    seen = asyncio.run(run())
+    assert _payloads([seen[-1][0]]) == ["[DONE]"]
+    assert seen[-1][1] == "completed"  # settled before `[DONE]` went out
+    assert seen[0][1] == "running"  # opened before the first chunk
+
+
+def test_a_stream_whose_usage_cannot_be_settled_ends_in_an_error_instead_of_done(journal):
+    h = harness(journal=journal)
+    calls = _failing_settle(journal)
+
+    async def run():
+        response, request_id = await _stream_with_id(h)
+        return [e async for e in response.iterator], request_id
+
+    events, request_id = asyncio.run(run())
+    payloads = _payloads(events)
+    assert "[DONE]" not in payloads
+    error = json.loads(payloads[-1])["error"]
+    assert (error["code"], error["type"]) == ("metering_unavailable", "server_error")
+    assert "".join(json.loads(p)["choices"][0]["delta"].get("content") or "" for p in payloads[:-1]) == "Hello!"
+    assert len(calls) == 3  # the first try and two retries
+    assert _status(journal, request_id) == "running"
+    assert request_id in journal._unsettled  # kept, and settled by the heartbeat loop once the database is back
+    del journal._close
+    asyncio.run(journal.stop())
+    assert _status(journal, request_id) == "completed"
+
+
+def test_a_body_whose_usage_cannot_be_settled_is_a_503(journal):
+    from api.errors import to_api_error
+    from serving.errors import Unavailable
+
+    h = harness(journal=journal)
+    _failing_settle(journal)
+
+    async def run():
+        req = _req()
+        completion = await h.service.start(generation_request(req, 8), RecordingCaller())
+        with pytest.raises(Unavailable) as refused:
+            await complete(req, completion)
+        return refused.value, completion.request_id
+
+    refused, request_id = asyncio.run(run())
+    err = to_api_error(refused)
+    assert (err.status_code, err.code) == (503, "metering_unavailable")
+    assert "retry-after" in err.headers
+    assert _status(journal, request_id) == "running"

@@ -13,6 +13,7 @@ from sqlmodel import Session, select
 
 from billing.prices import PriceBook
 from db.models import BillingOutbox, GatewayInstance, InferenceRequest, utcnow
+from serving.errors import Unavailable
 from serving.policy import CallerIdentity
 from serving.record import CompletionRecord, OpenedRequest, TokenUsage
 from tenancy.directory import Directory
@@ -127,9 +128,11 @@ def test_a_close_that_runs_out_of_retries_is_kept_and_settled_later(db):
 
     event.listen(Session, "before_commit", down)
     try:
-        asyncio.run(journal.close(_record("r3", tenant)))
+        with pytest.raises(Unavailable) as unsettled:  # the API then ends the response with this error
+            asyncio.run(journal.close(_record("r3", tenant)))
     finally:
         event.remove(Session, "before_commit", down)
+    assert unsettled.value.code == "metering_unavailable"
     assert "r3" in journal._unsettled
     assert _rows(db, "r3")[0].status == "running"
     asyncio.run(journal.stop())  # what the heartbeat loop (or shutdown) does
@@ -164,7 +167,7 @@ def test_rows_a_dead_gateway_left_running_are_settled_as_interrupted_once(db):
 
 
 def test_a_request_that_cannot_be_journaled_is_refused_with_a_503(db):
-    from serving.errors import ErrorKind, Unavailable
+    from serving.errors import ErrorKind
 
     tenant = _tenant(db)
     journal = _journal(db)
