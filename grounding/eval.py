@@ -137,20 +137,34 @@ def ask(client: Any, model: str, item: GoldenItem, max_tokens: int) -> ItemResul
 
 
 def run_items(
-    client: Any, model: str, items: list[GoldenItem], *, max_tokens: int, deadline: float, progress: Progress
+    client: Any,
+    model: str,
+    items: list[GoldenItem],
+    *,
+    max_tokens: int,
+    deadline: float,
+    progress: Progress,
+    concurrency: int = 1,
 ) -> list[ItemResult]:
-    """Every item in turn until the list or the time (a `time.monotonic()` deadline) runs out."""
+    """Every item, `concurrency` at a time, until the list or the time (a `time.monotonic()` deadline) runs out;
+    results come back in the items' order."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(item: GoldenItem) -> ItemResult | None:
+        return None if time.monotonic() > deadline else ask(client, model, item, max_tokens)
+
     results: list[ItemResult] = []
-    for number, item in enumerate(items, 1):
-        if time.monotonic() > deadline:
-            progress(f"  {model}: time budget spent after {len(results)} of {len(items)} items")
-            break
-        results.append(result := ask(client, model, item, max_tokens))
-        right = sum(r.correct for r in results)
-        mark = "ok " if result.correct else ("ERR" if result.error else "-- ")
-        progress(
-            f"  {model} [{number}/{len(items)}] {mark} {item.id} {item.kind}: {result.answer[:60]!r} ({right} right)"
-        )
+    right = 0
+    with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+        for number, (item, result) in enumerate(zip(items, pool.map(one, items), strict=True), 1):
+            if result is None:
+                progress(f"  {model}: time budget spent after {len(results)} of {len(items)} items")
+                break
+            results.append(result)
+            right += result.correct
+            mark = "ok " if result.correct else ("ERR" if result.error else "-- ")
+            answer = result.answer[:60]
+            progress(f"  {model} [{number}/{len(items)}] {mark} {item.id} {item.kind}: {answer!r} ({right} right)")
     return results
 
 
@@ -253,6 +267,7 @@ def evaluate(
     max_tokens: int,
     budget_s: float,
     progress: Progress,
+    concurrency: int = 1,
 ) -> dict[str, Any]:
     """Runs `items` on each model at `base_url` (…/v1) and returns the report: settings, summaries, results."""
     client = _client(base_url, api_key)
@@ -266,7 +281,9 @@ def evaluate(
     for model in models:
         progress(f"evaluating {model} on {len(items)} items")
         started = time.perf_counter()
-        results = run_items(client, model, items, max_tokens=max_tokens, deadline=deadline, progress=progress)
+        results = run_items(
+            client, model, items, max_tokens=max_tokens, deadline=deadline, progress=progress, concurrency=concurrency
+        )
         report["models"][model] = {
             "seconds": round(time.perf_counter() - started, 1),
             "summary": summarise(results),
@@ -305,6 +322,9 @@ def add_eval_parser(subparsers: Any) -> None:
     g.add_argument("--report", type=Path, help="Write an HTML report here.")
     g.add_argument("--limit", type=int, help="Evaluate only the first N items.")
     g.add_argument(
+        "--concurrency", type=int, default=4, help="Items in flight at once (default 4; answers are greedy either way)."
+    )
+    g.add_argument(
         "--guardrail",
         choices=["off", "score", "flag"],
         default="flag",
@@ -338,7 +358,7 @@ def _run_grounding(args: argparse.Namespace, launch: Launcher, progress: Progres
     models = args.model or [SMOKE_MODEL if args.smoke else DEFAULT_MODEL]
     max_tokens = args.max_tokens or (SMOKE_MAX_TOKENS if args.smoke else DEFAULT_MAX_TOKENS)
     budget = args.budget_s or (SMOKE_BUDGET_S if args.smoke else DEFAULT_BUDGET_S)
-    run = {"max_tokens": max_tokens, "budget_s": budget, "progress": progress}
+    run = {"max_tokens": max_tokens, "budget_s": budget, "progress": progress, "concurrency": args.concurrency}
     progress(f"{len(items)} items from {path}")
     if args.base_url:
         key = args.api_key or os.environ.get("TESSERA_API_KEY") or os.environ.get("OPENAI_API_KEY") or ""

@@ -228,3 +228,16 @@ def test_html_shows_null_metrics_as_dashes():
     assert "60.0%" not in html
     assert "50.0%" in html
     assert "—" in html
+
+
+def test_items_in_flight_together_come_back_in_order():
+    items = read_items(GOLDEN_DIR / "smoke.jsonl")
+    client = StubClient({i.question: i.answer for i in items})
+    lines: list[str] = []
+    done = run_items(
+        client, "m", items, max_tokens=8, deadline=time.monotonic() + 60, progress=lines.append, concurrency=4
+    )
+    assert [r.id for r in done] == [i.id for i in items]
+    assert all(r.correct for r in done)
+    assert len(client.calls) == len(items)
+    assert [line.split("]")[0].split("[")[1] for line in lines] == [f"{n}/{len(items)}" for n in range(1, 15)]
