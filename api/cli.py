@@ -119,17 +119,16 @@ def train_demo(args: argparse.Namespace) -> None:
 
     settings = Settings()
     work = args.work_dir or settings.data_dir / "train"
-    pairs = (("steps", args.steps), ("batch", args.batch), ("audio_steps", args.audio_steps))
+    pairs = (
+        ("steps", args.steps),
+        ("batch", args.batch),
+        ("vision_steps", args.vision_steps),
+        ("audio_steps", args.audio_steps),
+    )
     overrides = {k: v for k, v in pairs if v is not None}
     config = dataclasses.replace(TrainConfig(pool=args.pool), **overrides)
     base = build_demo_checkpoints(work / "base", [args.pool], grounded=False)[args.pool]
-    trainer = Trainer(
-        base,
-        work / args.pool,
-        config,
-        progress=lambda line: print(line, flush=True),
-        image_stage_from=args.image_stage_from,
-    )
+    trainer = Trainer(base, work / args.pool, config, progress=lambda line: print(line, flush=True))
     trainer.train()
     path = trainer.export(args.out or DEMO_WEIGHTS_DIR)
     print(f"trained weights: {path}")
@@ -195,18 +194,14 @@ def _models_parser(sub: Any) -> None:
         help="Train a demo pool's vision and audio towers (and LoRA) on the grounding world; resumes when re-run.",
     )
     train.add_argument("--pool", default="large", help="Which demo checkpoint (default: large).")
-    train.add_argument("--steps", type=int, default=None, help="Optimizer steps (default: the recipe's).")
-    train.add_argument("--batch", type=int, default=None, help="Items per step (default: the recipe's).")
+    train.add_argument("--vision-steps", type=int, default=None, help="Steps of the vision stage (towers only).")
+    train.add_argument("--audio-steps", type=int, default=None, help="Steps of the audio stage (towers only).")
+    train.add_argument(
+        "--steps", type=int, default=None, help="Steps of the joint stage (LoRA and both towers' tails)."
+    )
+    train.add_argument("--batch", type=int, default=None, help="Items per joint step (default: the recipe's).")
     train.add_argument("--work-dir", type=Path, help="Base checkpoint and resumable state (default .tessera/train).")
     train.add_argument("--out", type=Path, help="Where the trained weights go (default: serving/demo_weights).")
-    train.add_argument(
-        "--audio-steps", type=int, default=None, help="Steps of the audio stage (default: the recipe's)."
-    )
-    train.add_argument(
-        "--image-stage-from",
-        type=Path,
-        help="Start at the audio stage from exported weights whose image stage had these settings (a fresh run only).",
-    )
     train.add_argument("--eval-items", type=int, default=60, help="Held-out items per mix to check at the end.")
 
 

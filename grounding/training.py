@@ -1,32 +1,35 @@
-"""`tessera models train-demo`: teach a demo pool's vision tower to see the synthetic world of grounding.world.
+"""`tessera models train-demo`: teach a demo pool's towers to see and hear the synthetic world of grounding.world.
 
-What trains, on the pool's own Qwen2.5-Omni thinker (the checkpoint `build-demo` made, so what vLLM serves is what
-trained):
-- the whole vision tower and its patch merger, from their seeded random start;
-- a label head on the merger's outputs: each merged image token is told which shape and colour covers the centre
-  of its cell, or none. This cheap per-token supervision teaches the tower to see long before the language loss
-  alone would, and the head is kept: the grounding scorer reads it as the tower's detected content;
-- LoRA (rank 8) on every text layer's q and v projections, since a frozen text model cannot learn to read the new
-  image tokens (it answers yes/no at chance, and attaches colours to the wrong shape).
+Everything trains on the pool's own Qwen2.5-Omni thinker (the checkpoint `build-demo` made), so what vLLM serves is
+what trained. The towers are taught to speak the text model's language: their output tokens are pulled towards the
+text model's own input embeddings of the words that describe what they see and hear, so the text model reads an
+image or a clip almost as it reads words, and a small adapter is enough to answer from them. Three stages run on one
+step counter:
+1. *vision* (`vision_steps`, towers only, no text model): the vision tower and merger from their seeded random
+   start. For each shape, the merged token whose cell holds its centre is classified, through the text model's
+   fixed word embeddings, as its colour, kind, size and position; every other token is pulled towards zero. Two
+   auxiliary heads read every token: the label head (which shape and colour covers the cell, or none; it is
+   kept, since the grounding scorer reads it as the tower's detected content) and a coordinate head (the cell's
+   place in the image; training only), which teaches the tower where each token lies in the image.
+2. *audio* (`audio_steps`, towers only): the audio tower (Whisper tiny.en's encoder, transplanted by
+   `build-demo`) trains its top `audio_train_layers` layers, `ln_post` and its projection with CTC whose classes
+   are the text model's fixed embeddings of the world's words (and of "beep", "silence" and "noise" for the
+   non-speech clips), so each spoken word comes out as a token near that word's embedding.
+3. *joint* (`steps`): LoRA on every text layer's q and v projections learns to answer questions from those tokens,
+   on image, audio and image+audio items, while the vision merger and the audio projection keep training under
+   both the answer loss and their stage losses.
 The text model's own weights stay frozen; `build-demo` merges the LoRA into q and v.
 
-Training runs in two stages on one step counter:
-1. *image* (`steps`): the above, on image items.
-2. *audio* (`audio_steps`): the vision tower and its label head are frozen; the audio tower (Whisper tiny.en's
-   encoder, transplanted by `build-demo`) trains its top `audio_train_layers` layers, `ln_post` and its projection
-   into the text model, with the LoRA, on a mix of audio, image+audio and image items (the image items keep the
-   LoRA from forgetting what stage 1 taught it). A CTC head over the closed world's words reads the tower's
-   output tokens: the audio counterpart of the label head, it makes each spoken word linearly readable from the
-   tokens early on. It is used for training only.
-
-Training is seeded and deterministic on one machine: items come from `grounding.golden.training_items(TRAIN_SEED)`,
-never from the held-out seeds, and torch runs on a fixed number of threads. It checkpoints every
-`checkpoint_every` steps into its work directory and resumes from the last checkpoint when run again; a finished
-run writes `<out>/<pool>-grounding.safetensors` (tower, merger, label head, LoRA) plus a JSON manifest.
+Training is seeded and deterministic on one machine: stages 1 and 2 draw scenes and clips from a generator seeded
+by (seed, stage, step), stage 3 draws items from `grounding.golden.training_items`, never from the held-out seeds,
+and torch runs on a fixed number of threads. It checkpoints every `checkpoint_every` steps into its work directory
+and resumes from the last checkpoint when run again; a finished run writes `<out>/<pool>-grounding.safetensors`
+(vision tower, the trained part of the audio tower, label head, LoRA) plus a JSON manifest.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -40,7 +43,8 @@ import numpy as np
 
 from grounding.answers import check_answer
 from grounding.golden import GoldenItem, golden_set, training_items
-from grounding.world import COLOURS, SHAPES, Scene
+from grounding.speech import SOUNDS, render_clip
+from grounding.world import COLOURS, MAX_REACH, POSITIONS, SHAPES, SIZES, Scene, render_scene, sample_scene
 
 Progress = Callable[[str], None]
 
@@ -55,33 +59,181 @@ WEIGHTS_NAME = "{pool}-grounding.safetensors"
 MANIFEST_NAME = "{pool}-grounding.json"
 
 
+STAGES = ("vision", "audio", "joint")
+# What each image answer may say about a shape, in the order the tied classifiers read it.
+ATTRIBUTES = {"colour": COLOURS, "kind": SHAPES, "size": SIZES, "position": POSITIONS}
+JOINT_MIX = ("image", "audio", "image+audio", "image", "audio", "image+audio", "image", "audio")
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     pool: str = "large"
-    steps: int = 800
+    vision_steps: int = 1800
+    vision_batch: int = 16
+    audio_steps: int = 500
+    audio_batch: int = 16
+    audio_train_layers: int = 2
+    steps: int = 500  # joint
     batch: int = 8
     lr: float = 1e-3
-    lora_rank: int = 8
-    lora_alpha: float = 16.0
-    label_weight: float = 1.0
+    lora_rank: int = 16
+    lora_alpha: float = 32.0
     warmup_steps: int = 30
+    enlarge_share: float = 0.25  # of vision-stage scenes: one large shape drawn bigger than the world's
+    tied_temperature: float = 10.0
+    coordinate_weight: float = 10.0
+    stage_loss_weight: float = 0.5  # of the vision and audio stage losses during the joint stage
     threads: int = 2
     seed: int = TRAIN_SEED
     checkpoint_every: int = 50
-    audio_steps: int = 500
-    audio_train_layers: int = 2
-    ctc_weight: float = 0.5
 
     @property
     def total_steps(self) -> int:
-        return self.steps + self.audio_steps
+        return self.vision_steps + self.audio_steps + self.steps
 
     def stage(self, step: int) -> str:
-        return "image" if step < self.steps else "audio"
+        if step < self.vision_steps:
+            return "vision"
+        return "audio" if step < self.vision_steps + self.audio_steps else "joint"
+
+    def stage_span(self, stage: str) -> tuple[int, int]:
+        """(first step, number of steps) of `stage`."""
+        lengths = {"vision": self.vision_steps, "audio": self.audio_steps, "joint": self.steps}
+        first = sum(lengths[s] for s in STAGES[: STAGES.index(stage)])
+        return first, lengths[stage]
 
     @property
     def lora_scale(self) -> float:
         return self.lora_alpha / self.lora_rank
+
+
+def centre_cell(scene: Scene, shape: Any, rows: int, cols: int) -> int:
+    """The raster index of the merged token whose cell holds `shape`'s centre."""
+    r = min(rows - 1, int(shape.cy * rows / scene.height))
+    c = min(cols - 1, int(shape.cx * cols / scene.width))
+    return r * cols + c
+
+
+def cell_coordinates(rows: int, cols: int) -> np.ndarray:
+    """Each cell's centre as (row, column) fractions of the image, in raster order."""
+    r, c = np.meshgrid((np.arange(rows) + 0.5) / rows, (np.arange(cols) + 0.5) / cols, indexing="ij")
+    return np.stack([r.reshape(-1), c.reshape(-1)], axis=-1).astype(np.float32)
+
+
+def vision_scene(rng: np.random.Generator, enlarge_share: float) -> Scene:
+    """A scene of the world, or, `enlarge_share` of the time, one large shape drawn up to 3 times the world's
+    size (as far as its place allows): pictures people bring fill more of the frame, and the tower should still
+    name a shape it sees whole."""
+    if rng.random() >= enlarge_share:
+        return sample_scene(rng)
+    scene = sample_scene(rng, n_shapes=1)
+    (shape,) = scene.shapes
+    if shape.size != "large":
+        return scene
+    room = min(shape.cx, shape.cy, scene.width - shape.cx, scene.height - shape.cy) / (MAX_REACH * shape.radius)
+    factor = float(rng.uniform(1.0, max(1.0, min(3.0, room))))
+    return dataclasses.replace(scene, shapes=(dataclasses.replace(shape, radius=round(shape.radius * factor)),))
+
+
+def clip_words(clip: Any) -> list[str]:
+    """What a clip says, word by word, or its sound label for a clip without speech."""
+    return _words(clip.text) if clip.is_speech else [clip.kind]
+
+
+def _rng(config: TrainConfig, stage: str, step: int) -> np.random.Generator:
+    return np.random.default_rng([config.seed, STAGES.index(stage), step])
+
+
+class _Targets:
+    """The text model's own input embeddings of the world's words, unit length, as fixed classifiers."""
+
+    def __init__(self, thinker: Any, tokenizer: Any) -> None:
+        import torch
+
+        table = thinker.model.embed_tokens.weight.detach()
+
+        def unit(word: str) -> Any:
+            ids = tokenizer(" " + word, add_special_tokens=False)["input_ids"]
+            vector = table[ids].mean(0)
+            return vector / vector.norm()
+
+        self.attributes = {k: torch.stack([unit(w) for w in words]) for k, words in ATTRIBUTES.items()}
+        self.vocabulary = ctc_vocabulary()
+        self.index = {w: i + 1 for i, w in enumerate(self.vocabulary)}  # 0 is CTC's blank
+        self.words = torch.stack([unit(w) for w in self.vocabulary])
+        self.norm = float(table.norm(dim=-1).mean())
+
+
+def image_stage_loss(
+    out: Any, scenes: list[Scene], grid_thw: Any, targets: _Targets, heads: dict[str, Any], config: TrainConfig
+) -> tuple[Any, dict[str, float]]:
+    """The vision stage's loss on merged image tokens `out` (all images' tokens in order)."""
+    import torch
+    from torch.nn.functional import cross_entropy
+
+    centres, shapes, labels, coords = [], [], [], []
+    offset = 0
+    for scene, (_, h, w) in zip(scenes, grid_thw.tolist(), strict=True):
+        rows, cols = h // 2, w // 2
+        for shape in scene.shapes:
+            centres.append(offset + centre_cell(scene, shape, rows, cols))
+            shapes.append(shape)
+        labels.append(torch.from_numpy(cell_labels(scene, rows, cols).reshape(-1)))
+        coords.append(torch.from_numpy(cell_coordinates(rows, cols)))
+        offset += rows * cols
+    index = torch.tensor(centres)
+    chosen = out[index]
+    unit = chosen / chosen.norm(dim=-1, keepdim=True).clamp_min(1e-6)
+    stats: dict[str, float] = {}
+    total = out.new_zeros(())
+    for name, words in ATTRIBUTES.items():
+        truth = torch.tensor([words.index(getattr(s, name)) for s in shapes])
+        logits = config.tied_temperature * unit @ targets.attributes[name].T
+        total = total + cross_entropy(logits, truth)
+        stats[f"{name} accuracy"] = float((logits.argmax(-1) == truth).float().mean())
+    rest = torch.ones(out.shape[0], dtype=torch.bool)
+    rest[index] = False
+    total = total + (out[rest] ** 2).sum(-1).mean() / targets.norm**2
+    label_logits = heads["label"](out)
+    cell_truth = torch.cat(labels)
+    total = total + cross_entropy(label_logits, cell_truth)
+    stats["cell accuracy"] = float((label_logits.argmax(-1) == cell_truth).float().mean())
+    where = torch.sigmoid(heads["coordinates"](out))
+    total = total + config.coordinate_weight * ((where - torch.cat(coords)) ** 2).sum(-1).mean()
+    return total, stats
+
+
+def audio_stage_loss(
+    out: Any, token_lens: Any, clips: list[Any], targets: _Targets, heads: dict[str, Any]
+) -> tuple[Any, dict[str, float]]:
+    """CTC over the world's words, whose classes are the text model's embeddings of them, on audio tokens `out`."""
+    import torch
+    from torch.nn.functional import ctc_loss, log_softmax
+
+    pieces = out.split(token_lens.tolist())
+    blank = heads["blank"]
+    log_probs = torch.nn.utils.rnn.pad_sequence(
+        [log_softmax(torch.cat([blank.expand(len(p), 1), p @ targets.words.T], -1), dim=-1) for p in pieces]
+    )  # [T, N, C]
+    wanted = [torch.tensor([targets.index[w] for w in clip_words(c)], dtype=torch.long) for c in clips]
+    loss = ctc_loss(
+        log_probs, torch.cat(wanted), token_lens, torch.tensor([len(t) for t in wanted]), zero_infinity=True
+    )
+    with torch.no_grad():
+        right = 0
+        for n, truth in enumerate(wanted):
+            best = log_probs[: int(token_lens[n]), n].argmax(-1).tolist()
+            said = [k for i, k in enumerate(best) if k != 0 and (i == 0 or best[i - 1] != k)]
+            right += said == truth.tolist()
+    return loss, {"ctc loss": float(loss.item()), "clip accuracy": right / len(clips)}
+
+
+def _lr(step: int, config: TrainConfig, steps: int) -> float:
+    """Warm-up, then cosine decay to a tenth, over one stage of `steps` steps (`step` counts from its start)."""
+    if step < config.warmup_steps:
+        return config.lr * (step + 1) / config.warmup_steps
+    progress = (step - config.warmup_steps) / max(1, steps - config.warmup_steps)
+    return config.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
 def label_of(shape_kind: str, colour: str) -> int:
@@ -129,7 +281,8 @@ def _words(text: str) -> list[str]:
 
 
 def ctc_vocabulary() -> tuple[str, ...]:
-    """Every word the audio world's sentences use, in a fixed order (CTC class i + 1; 0 is the blank)."""
+    """Every word the audio world's sentences use, then the sound labels, in a fixed order (CTC class i + 1; 0 is
+    the blank)."""
     from grounding.speech import COUNT_NOUNS, COUNTS, HOURS, NAMES, SPEECH_COLOURS, WEEKDAYS, Clip
 
     words: list[str] = []
@@ -143,7 +296,7 @@ def ctc_vocabulary() -> tuple[str, ...]:
         for w in _words(clip.text):
             if w not in words:
                 words.append(w)
-    return tuple(words)
+    return (*words, *SOUNDS)
 
 
 def install_lora(text_model: Any, rank: int, scale: float, seed: int) -> dict[str, Any]:
@@ -173,90 +326,6 @@ def install_lora(text_model: Any, rank: int, scale: float, seed: int) -> dict[st
     return params
 
 
-class _Batches:
-    """Endless training batches: processor tensors, answer labels, per-token cell labels and CTC targets.
-
-    Stage 1 draws image items from `seed`; stage 2 draws from `seed + 1` per mix, in the proportions of
-    `STAGE2_MIX`, so neither stage repeats the other's items and a resumed run continues where its data left off.
-    """
-
-    STAGE2_MIX = ("audio", "image+audio", "audio", "image", "audio", "image+audio", "audio", "image")
-
-    def __init__(self, processor: Any, config: TrainConfig, step: int) -> None:
-        self.processor = processor
-        self.config = config
-        self.vocabulary = {w: i + 1 for i, w in enumerate(ctc_vocabulary())}
-        self.image_items: Iterator[GoldenItem] = training_items(config.seed, mixes=("image",))
-        self.stage2: dict[str, Iterator[GoldenItem]] = {
-            mix: training_items(config.seed + 1, mixes=(mix,)) for mix in set(self.STAGE2_MIX)
-        }
-        self.drawn = 0  # stage-2 items drawn
-        for _ in range(min(step, config.steps) * config.batch):
-            next(self.image_items)
-        for _ in range(max(0, step - config.steps) * config.batch):
-            self._stage2_item()
-
-    def _stage2_item(self) -> GoldenItem:
-        mix = self.STAGE2_MIX[self.drawn % len(self.STAGE2_MIX)]
-        self.drawn += 1
-        return next(self.stage2[mix])
-
-    def next(self, step: int) -> dict[str, Any]:
-        if self.config.stage(step) == "image":
-            items = [next(self.image_items) for _ in range(self.config.batch)]
-        else:
-            items = [self._stage2_item() for _ in range(self.config.batch)]
-        return self.encode(items)
-
-    def encode(self, items: list[GoldenItem]) -> dict[str, Any]:
-        import torch
-
-        images = [item.image() for item in items if item.scene is not None]
-        clips = [np.asarray(item.audio()) for item in items if item.clip is not None]
-        full = [prompt_text(item.question, item.answer, item.media_order) for item in items]
-        enc = self.processor(
-            text=full,
-            images=images or None,
-            audio=clips or None,
-            padding=True,
-            padding_side="right",
-            return_tensors="pt",
-        )
-        labels = enc["input_ids"].clone()
-        labels[enc["attention_mask"] == 0] = -100
-        for row, item in enumerate(items):
-            alone = self.processor(
-                text=[prompt_text(item.question, media=item.media_order)],
-                images=[item.image()] if item.scene is not None else None,
-                audio=[np.asarray(item.audio())] if item.clip is not None else None,
-                return_tensors="pt",
-            )
-            labels[row, : alone["input_ids"].shape[1]] = -100
-        batch: dict[str, Any] = {**enc, "labels": labels}
-        if images:
-            merge = 2
-            cells = []
-            scenes = [item.scene for item in items if item.scene is not None]
-            for scene, (_, h, w) in zip(scenes, enc["image_grid_thw"].tolist(), strict=True):
-                cells.append(torch.from_numpy(cell_labels(scene, h // merge, w // merge).reshape(-1)))
-            batch["cell_labels"] = torch.cat(cells)
-        if clips:
-            batch["ctc_targets"] = [
-                torch.tensor([self.vocabulary[w] for w in _words(item.clip.text)], dtype=torch.long)
-                for item in items
-                if item.clip is not None
-            ]
-        return batch
-
-
-def _lr(step: int, config: TrainConfig, steps: int) -> float:
-    """Warm-up, then cosine decay to a tenth, over one stage of `steps` steps (`step` counts from its start)."""
-    if step < config.warmup_steps:
-        return config.lr * (step + 1) / config.warmup_steps
-    progress = (step - config.warmup_steps) / max(1, steps - config.warmup_steps)
-    return config.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
-
-
 def load_thinker(checkpoint: Path) -> tuple[Any, Any]:
     import torch
     from safetensors.torch import load_file
@@ -274,15 +343,7 @@ def load_thinker(checkpoint: Path) -> tuple[Any, Any]:
 
 
 class Trainer:
-    def __init__(
-        self,
-        checkpoint: Path,
-        work_dir: Path,
-        config: TrainConfig,
-        progress: Progress,
-        *,
-        image_stage_from: Path | None = None,
-    ) -> None:
+    def __init__(self, checkpoint: Path, work_dir: Path, config: TrainConfig, progress: Progress) -> None:
         import torch
 
         torch.set_num_threads(config.threads)
@@ -290,27 +351,32 @@ class Trainer:
         self.config = config
         self.progress = progress
         self.work_dir = work_dir
-        self.checkpoint = checkpoint
         self.thinker, self.processor = load_thinker(checkpoint)
-        thinker = self.thinker
-        for p in thinker.parameters():
+        for p in self.thinker.parameters():
             p.requires_grad_(False)
-        self.lora = install_lora(thinker.model, config.lora_rank, config.lora_scale, config.seed)
-        hidden = thinker.config.text_config.hidden_size
-        self.head = torch.nn.Linear(hidden, LABELS)
-        self.ctc_head = torch.nn.Linear(hidden, 1 + len(ctc_vocabulary()))
+        self.lora = install_lora(self.thinker.model, config.lora_rank, config.lora_scale, config.seed)
+        hidden = self.thinker.config.text_config.hidden_size
+        self.heads: dict[str, Any] = {
+            "label": torch.nn.Linear(hidden, LABELS),
+            "coordinates": torch.nn.Linear(hidden, 2),
+            "blank": torch.nn.Parameter(torch.zeros(1)),
+        }
+        self.targets = _Targets(self.thinker, self.processor.tokenizer)
         self.step = 0
         self.history: list[dict[str, float]] = []
-        self.image_stage_sha256: str | None = None
         self._configure(config.stage(0))
-        if not self._resume() and image_stage_from is not None:
-            self._load_image_stage(image_stage_from)
-        self.batches = _Batches(self.processor, config, step=self.step)
+        self._resume()
+        self.items: dict[str, Iterator[GoldenItem]] = {
+            mix: training_items(config.seed + 1, mixes=(mix,)) for mix in set(JOINT_MIX)
+        }
+        self.drawn = 0  # joint-stage items drawn
+        for _ in range(max(0, self.step - config.stage_span("joint")[0]) * config.batch):
+            self._joint_item()
 
     # -- what trains in each stage -------------------------------------------------------------------------------
 
     def audio_trainable(self) -> dict[str, Any]:
-        """The audio tower's parameters stage 2 trains, under their checkpoint names."""
+        """The audio tower's parameters training changes, under their checkpoint names."""
         tower = self.thinker.audio_tower
         first = len(tower.layers) - self.config.audio_train_layers
         return {
@@ -320,20 +386,40 @@ class Trainer:
             or (name.startswith("layers.") and int(name.split(".")[1]) >= first)
         }
 
+    def _stage_parameters(self, stage: str) -> list[Any]:
+        label, coordinates, blank = self.heads["label"], self.heads["coordinates"], self.heads["blank"]
+        if stage == "vision":
+            return [*self.thinker.visual.parameters(), *label.parameters(), *coordinates.parameters()]
+        if stage == "audio":
+            return [*self.audio_trainable().values(), blank]
+        audio_tail = [p for k, p in self.audio_trainable().items() if ".ln_post." in k or ".proj." in k]
+        return [
+            *self.lora.values(),
+            *self.thinker.visual.merger.parameters(),
+            *audio_tail,
+            *label.parameters(),
+            *coordinates.parameters(),
+            blank,
+        ]
+
     def _configure(self, stage: str) -> None:
         import torch
 
         self.stage = stage
-        for p in [*self.thinker.visual.parameters(), *self.thinker.audio_tower.parameters(), *self.head.parameters()]:
+        everything = [
+            *self.thinker.visual.parameters(),
+            *self.thinker.audio_tower.parameters(),
+            *self.lora.values(),
+            *self.heads["label"].parameters(),
+            *self.heads["coordinates"].parameters(),
+            self.heads["blank"],
+        ]
+        for p in everything:
             p.requires_grad_(False)
-        if stage == "image":
-            trainable = [*self.thinker.visual.parameters(), *self.lora.values(), *self.head.parameters()]
-        else:
-            trainable = [*self.audio_trainable().values(), *self.lora.values(), *self.ctc_head.parameters()]
-        for p in trainable:
+        self.trainable = self._stage_parameters(stage)
+        for p in self.trainable:
             p.requires_grad_(True)
-        self.trainable = trainable
-        self.optimizer = torch.optim.AdamW(trainable, lr=self.config.lr, weight_decay=0.0)
+        self.optimizer = torch.optim.AdamW(self.trainable, lr=self.config.lr, weight_decay=0.0)
 
     # -- checkpoints ---------------------------------------------------------------------------------------------
 
@@ -344,12 +430,12 @@ class Trainer:
             "visual": self.thinker.visual.state_dict(),
             "audio": {k: v.detach() for k, v in self.audio_trainable().items()},
             "lora": {k: v.detach() for k, v in self.lora.items()},
-            "head": self.head.state_dict(),
-            "ctc_head": self.ctc_head.state_dict(),
+            "label": self.heads["label"].state_dict(),
+            "coordinates": self.heads["coordinates"].state_dict(),
+            "blank": self.heads["blank"].detach(),
             "optimizer": self.optimizer.state_dict(),
             "history": self.history,
             "config": asdict(self.config),
-            "image_stage_sha256": self.image_stage_sha256,
         }
 
     def save_checkpoint(self) -> None:
@@ -376,71 +462,111 @@ class Trainer:
             audio = self.audio_trainable()
             for k, v in state["audio"].items():
                 audio[k].copy_(v)
-        self.head.load_state_dict(state["head"])
-        self.ctc_head.load_state_dict(state["ctc_head"])
+            self.heads["blank"].copy_(state["blank"])
+        self.heads["label"].load_state_dict(state["label"])
+        self.heads["coordinates"].load_state_dict(state["coordinates"])
         self._configure(state["stage"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.step = int(state["step"])
         self.history = list(state["history"])
-        self.image_stage_sha256 = state.get("image_stage_sha256")
         self.progress(f"resumed at step {self.step} of {self.config.total_steps} ({self.stage} stage)")
         return True
 
-    def _load_image_stage(self, path: Path) -> None:
-        """Starts at stage 2 from exported weights whose stage 1 had this run's settings (the committed file)."""
-        from safetensors import safe_open
+    # -- batches -------------------------------------------------------------------------------------------------
 
-        manifest = json.loads(path.with_name(MANIFEST_NAME.format(pool=self.config.pool)).read_text())
-        stage1 = ("steps", "batch", "lr", "lora_rank", "lora_alpha", "label_weight", "warmup_steps", "seed")
-        mine = asdict(self.config)
-        if any(manifest["config"].get(k) != mine[k] for k in stage1):
-            raise RuntimeError(f"{path} was trained with other image-stage settings than this run's")
-        import torch
+    def _joint_item(self) -> GoldenItem:
+        mix = JOINT_MIX[self.drawn % len(JOINT_MIX)]
+        self.drawn += 1
+        return next(self.items[mix])
 
-        with safe_open(str(path), framework="pt") as f, torch.no_grad():
-            names = list(f.keys())
-            self.thinker.visual.load_state_dict(
-                {k.removeprefix("thinker.visual."): f.get_tensor(k) for k in names if k.startswith("thinker.visual.")}
+    def _audio_inputs(self, clips: list[Any]) -> dict[str, Any]:
+        enc = self.processor(
+            text=[AUDIO_PART] * len(clips), audio=[render_clip(c) for c in clips], padding=True, return_tensors="pt"
+        )
+        return {"input_features": enc["input_features"], "feature_attention_mask": enc["feature_attention_mask"]}
+
+    def _audio_tokens(self, inputs: dict[str, Any]) -> tuple[Any, Any]:
+        audio_lens = inputs["feature_attention_mask"].sum(-1)
+        out = self.thinker.get_audio_features(
+            inputs["input_features"], feature_attention_mask=inputs["feature_attention_mask"]
+        ).last_hidden_state
+        _, token_lens = self.thinker.audio_tower._get_feat_extract_output_lengths(audio_lens)
+        return out, token_lens
+
+    def encode(self, items: list[GoldenItem]) -> dict[str, Any]:
+        """Processor tensors of the items' prompts with their answers, and answer-only labels."""
+        images = [item.image() for item in items if item.scene is not None]
+        clips = [np.asarray(item.audio()) for item in items if item.clip is not None]
+        enc = self.processor(
+            text=[prompt_text(item.question, item.answer, item.media_order) for item in items],
+            images=images or None,
+            audio=clips or None,
+            padding=True,
+            padding_side="right",
+            return_tensors="pt",
+        )
+        labels = enc["input_ids"].clone()
+        labels[enc["attention_mask"] == 0] = -100
+        for row, item in enumerate(items):
+            prompt = self.processor.tokenizer(prompt_text(item.question, media=item.media_order))["input_ids"]
+            media_tokens = sum(
+                int((enc["input_ids"][row] == token).sum())
+                for token in (self.thinker.config.image_token_id, self.thinker.config.audio_token_id)
             )
-            for k in self.lora:
-                self.lora[k].copy_(f.get_tensor(k))
-            self.head.load_state_dict(
-                {k.removeprefix("label_head."): f.get_tensor(k) for k in names if k.startswith("label_head.")}
-            )
-        self.step = self.config.steps
-        self.image_stage_sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
-        self._configure("audio")
-        self.progress(f"image stage taken from {path.name}; training the audio stage")
+            # each media placeholder expands to its tokens, one of which the bare prompt already holds
+            labels[row, : len(prompt) + media_tokens - len(item.media_order)] = -100
+        return {**enc, "labels": labels}
 
-    # -- one step ------------------------------------------------------------------------------------------------
+    # -- one step of each stage ----------------------------------------------------------------------------------
 
-    def media_embeds(self, batch: dict[str, Any]) -> tuple[Any, Any, Any]:
-        """(input embeddings with the media scattered in, image embeddings or None, audio embeddings or None)."""
+    def vision_loss(self) -> tuple[Any, dict[str, float]]:
+        rng = _rng(self.config, "vision", self.step)
+        scenes = [vision_scene(rng, self.config.enlarge_share) for _ in range(self.config.vision_batch)]
+        enc = self.processor.image_processor(images=[render_scene(s) for s in scenes], return_tensors="pt")
+        out = self.thinker.visual(enc["pixel_values"], grid_thw=enc["image_grid_thw"]).pooler_output
+        return image_stage_loss(out, scenes, enc["image_grid_thw"], self.targets, self.heads, self.config)
+
+    def audio_loss(self) -> tuple[Any, dict[str, float]]:
+        from grounding.speech import sample_clip
+
+        rng = _rng(self.config, "audio", self.step)
+        clips = [sample_clip(rng) for _ in range(self.config.audio_batch)]
+        out, token_lens = self._audio_tokens(self._audio_inputs(clips))
+        return audio_stage_loss(out, token_lens, clips, self.targets, self.heads)
+
+    def joint_loss(self) -> tuple[Any, dict[str, float]]:
+        from torch.nn.functional import cross_entropy
+
         thinker = self.thinker
+        items = [self._joint_item() for _ in range(self.config.batch)]
+        batch = self.encode(items)
         input_ids = batch["input_ids"]
         embeds = thinker.model.embed_tokens(input_ids)
-        image_embeds = audio_embeds = None
+        total = embeds.new_zeros(())
+        stats: dict[str, float] = {}
+        weight = self.config.stage_loss_weight
         if "pixel_values" in batch:
             image_embeds = thinker.visual(batch["pixel_values"], grid_thw=batch["image_grid_thw"]).pooler_output
             mask = (input_ids == thinker.config.image_token_id).unsqueeze(-1)
             embeds = embeds.masked_scatter(mask, image_embeds.to(embeds.dtype))
+            scenes = [item.scene for item in items if item.scene is not None]
+            loss, image_stats = image_stage_loss(
+                image_embeds, scenes, batch["image_grid_thw"], self.targets, self.heads, self.config
+            )
+            total = total + weight * loss
+            stats["cell accuracy"] = image_stats["cell accuracy"]
+        audio_lens = None
         if "input_features" in batch:
-            audio_embeds = thinker.get_audio_features(
-                batch["input_features"], feature_attention_mask=batch["feature_attention_mask"]
-            ).last_hidden_state
+            audio_embeds, token_lens = self._audio_tokens(batch)
+            audio_lens = batch["feature_attention_mask"].sum(-1)
             mask = (input_ids == thinker.config.audio_token_id).unsqueeze(-1)
             embeds = embeds.masked_scatter(mask, audio_embeds.to(embeds.dtype))
-        return embeds, image_embeds, audio_embeds
-
-    def loss(self, batch: dict[str, Any]) -> tuple[Any, dict[str, float]]:
-        import torch
-        from torch.nn.functional import cross_entropy, ctc_loss, log_softmax
-
-        thinker = self.thinker
-        embeds, image_embeds, audio_embeds = self.media_embeds(batch)
-        audio_lens = batch["feature_attention_mask"].sum(-1) if "feature_attention_mask" in batch else None
+            clips = [item.clip for item in items if item.clip is not None]
+            loss, audio_stats = audio_stage_loss(audio_embeds, token_lens, clips, self.targets, self.heads)
+            total = total + weight * loss
+            stats["clip accuracy"] = audio_stats["clip accuracy"]
         position_ids, _ = thinker.get_rope_index(
-            batch["input_ids"], batch.get("image_grid_thw"), None, batch["attention_mask"], False, audio_lens
+            input_ids, batch.get("image_grid_thw"), None, batch["attention_mask"], False, audio_lens
         )
         hidden = thinker.model(
             inputs_embeds=embeds, attention_mask=batch["attention_mask"], position_ids=position_ids
@@ -449,30 +575,7 @@ class Trainer:
         where = targets != -100
         # Only answer positions go through lm_head: the next token after each of them is a label.
         lm_loss = cross_entropy(thinker.lm_head(hidden[:, :-1][where]), targets[where])
-        total = lm_loss
-        stats = {"lm_loss": float(lm_loss.item())}
-        if self.stage == "image" and image_embeds is not None:
-            label_logits = self.head(image_embeds)
-            total = total + self.config.label_weight * cross_entropy(label_logits, batch["cell_labels"])
-            with torch.no_grad():
-                stats["cell_accuracy"] = (label_logits.argmax(-1) == batch["cell_labels"]).float().mean().item()
-        if self.stage == "audio" and audio_embeds is not None:
-            _, token_lens = thinker.audio_tower._get_feat_extract_output_lengths(audio_lens)
-            pieces = audio_embeds.split(token_lens.tolist())
-            log_probs = torch.nn.utils.rnn.pad_sequence(
-                [log_softmax(self.ctc_head(p), dim=-1) for p in pieces]
-            )  # [T, N, C]
-            targets_ctc = batch["ctc_targets"]
-            ctc = ctc_loss(
-                log_probs,
-                torch.cat(targets_ctc),
-                token_lens,
-                torch.tensor([len(t) for t in targets_ctc]),
-                zero_infinity=True,
-            )
-            total = total + self.config.ctc_weight * ctc
-            stats["ctc_loss"] = float(ctc.item())
-        return total, stats
+        return total + lm_loss, {"answer loss": float(lm_loss.item()), **stats}
 
     def train(self) -> None:
         import torch
@@ -484,26 +587,25 @@ class Trainer:
             if config.stage(self.step) != self.stage:
                 self.save_checkpoint()
                 self._configure(config.stage(self.step))
-                self.progress(f"stage 1 done at step {self.step}; training the audio stage")
-            stage_start = 0 if self.stage == "image" else config.steps
-            stage_steps = config.steps if self.stage == "image" else config.audio_steps
+                self.progress(f"{self.stage} stage from step {self.step}")
+            stage_start, stage_steps = config.stage_span(self.stage)
             for group in self.optimizer.param_groups:
                 group["lr"] = _lr(self.step - stage_start, config, stage_steps)
-            batch = self.batches.next(self.step)
-            total, stats = self.loss(batch)
+            losses = {"vision": self.vision_loss, "audio": self.audio_loss, "joint": self.joint_loss}
+            total, stats = losses[self.stage]()
             self.optimizer.zero_grad(set_to_none=True)
             total.backward()
             torch.nn.utils.clip_grad_norm_(self.trainable, 1.0)
             self.optimizer.step()
             self.step += 1
-            self.history.append({"step": self.step, **stats})
+            self.history.append({"step": self.step, "loss": float(total.item()), **stats})
             per_step = (time.monotonic() - started) / (self.step - first)
             bar = "#" * int(30 * self.step / config.total_steps)
-            minutes_left = per_step * (config.total_steps - self.step) / 60
-            extra = "  ".join(f"{k.replace('_', ' ')} {v:.3f}" for k, v in stats.items() if k != "lm_loss")
+            recent = self.history[-20:]
+            shown = "  ".join(f"{k} {np.mean([h[k] for h in recent if k in h]):.3f}" for k in stats)
             self.progress(
-                f"[{bar:<30}] step {self.step}/{config.total_steps} ({self.stage})  answer loss "
-                f"{stats['lm_loss']:.3f}  {extra}  {per_step:.1f} s/step, ~{minutes_left:.0f} min left"
+                f"[{bar:<30}] step {self.step}/{config.total_steps} ({self.stage})  loss {float(total.item()):.3f}"
+                f"  {shown}  {per_step:.1f} s/step"
             )
             if self.step % config.checkpoint_every == 0 or self.step == config.total_steps:
                 self.save_checkpoint()
@@ -550,10 +652,11 @@ class Trainer:
         from safetensors.torch import save_file
 
         tensors = {f"thinker.visual.{k}": v.detach().contiguous() for k, v in self.thinker.visual.state_dict().items()}
-        if self.step > self.config.steps:
-            tensors.update({k: v.detach().contiguous() for k, v in self.audio_trainable().items()})
+        tensors.update({k: v.detach().contiguous() for k, v in self.audio_trainable().items()})
         tensors.update({k: v.detach().contiguous() for k, v in self.lora.items()})
-        tensors.update({f"label_head.{k}": v.detach().contiguous() for k, v in self.head.state_dict().items()})
+        tensors.update(
+            {f"label_head.{k}": v.detach().contiguous() for k, v in self.heads["label"].state_dict().items()}
+        )
         out_dir.mkdir(parents=True, exist_ok=True)
         path = out_dir / WEIGHTS_NAME.format(pool=self.config.pool)
         names = [f"{shape}:{colour}" for shape in SHAPES for colour in COLOURS]  # label i + 1, as `label_of`
@@ -563,15 +666,16 @@ class Trainer:
             values = [h[key] for h in self.history if key in h and self.config.stage(int(h["step"]) - 1) == stage]
             return float(np.mean(values[-50:])) if values else None
 
+        keys = {
+            "vision": ["loss", *(f"{name} accuracy" for name in ATTRIBUTES), "cell accuracy"],
+            "audio": ["ctc loss", "clip accuracy"],
+            "joint": ["answer loss", "cell accuracy", "clip accuracy"],
+        }
         manifest = {
             "config": asdict(self.config),
             "weights_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-            "image_stage_from_sha256": self.image_stage_sha256,
             "final": self.history[-1] if self.history else None,
-            "last_50": {
-                "image": {"lm_loss": mean_of("lm_loss", "image"), "cell_accuracy": mean_of("cell_accuracy", "image")},
-                "audio": {"lm_loss": mean_of("lm_loss", "audio"), "ctc_loss": mean_of("ctc_loss", "audio")},
-            },
+            "last_50": {stage: {k: mean_of(k, stage) for k in names} for stage, names in keys.items()},
         }
         (out_dir / MANIFEST_NAME.format(pool=self.config.pool)).write_text(json.dumps(manifest, indent=2) + "\n")
         return path

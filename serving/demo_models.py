@@ -18,7 +18,7 @@ from serving.whisper_tower import WHISPER_TINY, WHISPER_TINY_LAYERS, whisper_enc
 logger = logging.getLogger(__name__)
 
 # Bumping this rebuilds every demo checkpoint on the next start.
-BUILDER_VERSION = 8
+BUILDER_VERSION = 9
 MANIFEST_NAME = "tessera-demo.json"
 # Trained grounding weights (`tessera models train-demo`), committed: `<pool>-grounding.safetensors` holds the vision
 # tower (`thinker.visual.*`), the trained part of the audio tower (`thinker.audio_tower.*`), LoRA updates for the text
@@ -103,6 +103,8 @@ class DemoSpec:
     whisper_audio: bool = False
     max_pixels: int = 224 * 224
     min_pixels: int = 56 * 56
+    # Vision blocks with full attention (the rest attend within 112 px windows); None: only the last one.
+    vision_full_attention: tuple[int, ...] | None = None
 
     @property
     def head_dim(self) -> int:
@@ -144,6 +146,11 @@ DEMO_SPECS: dict[str, DemoSpec] = {
         audio_hidden=384,
         smollm2_text=True,
         whisper_audio=True,
+        # Every image is scaled to about 224x224 (64 tokens), so a 64 px image still has a grid the world's five
+        # positions fit in; every vision block attends across the whole image, so a token can tell where it is
+        # (its share of the tokens to each side) and not only what surrounds it.
+        min_pixels=224 * 224,
+        vision_full_attention=(0, 1, 2, 3),
         **SMOLLM2_SHAPE,
     ),
 }
@@ -315,7 +322,7 @@ def _thinker_config(spec: DemoSpec, tokenizer: Any, vocab_size: int) -> Any:
         "intermediate_size": spec.vision_hidden * 2,
         "num_heads": spec.vision_hidden // 64,
         "out_hidden_size": spec.text_hidden,
-        "fullatt_block_indexes": [spec.vision_depth - 1],
+        "fullatt_block_indexes": list(spec.vision_full_attention or (spec.vision_depth - 1,)),
         "window_size": 112,
     }
     audio_config = {

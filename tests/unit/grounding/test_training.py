@@ -6,7 +6,22 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from grounding.training import LABELS, cell_labels, describe_label, label_of, prompt_text
+from grounding.speech import Clip
+from grounding.training import (
+    ATTRIBUTES,
+    LABELS,
+    TrainConfig,
+    audio_stage_loss,
+    cell_coordinates,
+    cell_labels,
+    centre_cell,
+    clip_words,
+    ctc_vocabulary,
+    describe_label,
+    image_stage_loss,
+    label_of,
+    prompt_text,
+)
 from grounding.world import COLOURS, SHAPES, Scene, Shape
 from serving.demo_models import apply_grounding, merge_lora
 
@@ -70,3 +85,82 @@ def test_trained_weights_must_fit_the_whole_tower(tmp_path):
     assert head == {}
     assert metadata == {"labels": "[]"}
     assert torch.equal(state["thinker.visual.b"], torch.ones(2))
+
+
+def test_a_shape_is_read_at_the_cell_holding_its_centre():
+    scene = _scene()
+    assert centre_cell(scene, scene.shapes[0], rows=4, cols=8) == 2 * 8 + 1  # (50, 100): row 2, column 1
+    assert centre_cell(scene, scene.shapes[1], rows=4, cols=8) == 2 * 8 + 7
+    coords = cell_coordinates(2, 4)
+    assert coords.shape == (8, 2)
+    assert coords[0].tolist() == [0.25, 0.125]
+    assert coords[-1].tolist() == [0.75, 0.875]
+
+
+def test_clips_are_spelt_in_the_ctc_vocabulary():
+    vocabulary = ctc_vocabulary()
+    assert len(set(vocabulary)) == len(vocabulary)
+    speech = Clip("meeting", {"weekday": "Thursday", "hour": 3})
+    assert clip_words(speech) == ["the", "meeting", "is", "on", "thursday", "at", "three", "o'clock"]
+    assert clip_words(Clip("beep", seconds=1.0, frequency=440.0, amplitude=0.5)) == ["beep"]
+    assert {w for c in (speech, Clip("noise"), Clip("silence")) for w in clip_words(c)} <= set(vocabulary)
+
+
+class _Words:
+    """A stand-in for the text model's word embeddings: word i is the i-th unit vector."""
+
+    def __init__(self) -> None:
+        self.norm = 1.0
+        basis = torch.eye(64)
+        at = 0
+        self.attributes = {}
+        for name, words in ATTRIBUTES.items():
+            self.attributes[name] = basis[at : at + len(words)]
+            at += len(words)
+        self.vocabulary = ctc_vocabulary()
+        self.index = {w: i + 1 for i, w in enumerate(self.vocabulary)}
+        self.words = torch.eye(len(self.vocabulary), 64)
+
+
+def _heads() -> dict:
+    torch.manual_seed(0)
+    return {"label": torch.nn.Linear(64, LABELS), "coordinates": torch.nn.Linear(64, 2), "blank": torch.zeros(1)}
+
+
+def test_the_vision_loss_is_lowest_when_the_centre_token_reads_as_its_words():
+    scene = _scene()
+    words = _Words()
+    grid = torch.tensor([[1, 8, 16]])  # 4 x 8 merged cells
+    right = torch.zeros(32, 64)
+    for shape in scene.shapes:
+        cell = centre_cell(scene, shape, 4, 8)
+        for name, options in ATTRIBUTES.items():
+            right[cell] += words.attributes[name][options.index(getattr(shape, name))]
+    wrong = right.clone()
+    wrong[centre_cell(scene, scene.shapes[0], 4, 8)] = right[centre_cell(scene, scene.shapes[1], 4, 8)]
+    config = TrainConfig()
+    loss_right, stats = image_stage_loss(right, [scene], grid, words, _heads(), config)
+    loss_wrong, stats_wrong = image_stage_loss(wrong, [scene], grid, words, _heads(), config)
+    assert stats["colour accuracy"] == stats["position accuracy"] == 1.0
+    assert stats_wrong["colour accuracy"] == 0.5
+    assert float(loss_right) < float(loss_wrong)
+    noisy = right.clone()
+    noisy[0] += 1.0  # an empty cell that is not near zero costs
+    assert float(image_stage_loss(noisy, [scene], grid, words, _heads(), config)[0]) > float(loss_right)
+
+
+def test_the_audio_loss_reads_the_words_greedily_off_the_tokens():
+    words = _Words()
+    clip = Clip("call", {"name": "Emma"})
+    spoken = clip_words(clip)  # please, call, emma
+    tokens = torch.full((8, 64), 0.0)
+    for i, word in enumerate(spoken):
+        tokens[2 * i + 1] = 20 * words.words[words.index[word] - 1]
+    loss, stats = audio_stage_loss(tokens, torch.tensor([8]), [clip], words, {"blank": torch.tensor([5.0])})
+    assert stats["clip accuracy"] == 1.0
+    other = Clip("call", {"name": "Mary"})
+    loss_other, stats_other = audio_stage_loss(
+        tokens, torch.tensor([8]), [other], words, {"blank": torch.tensor([5.0])}
+    )
+    assert stats_other["clip accuracy"] == 0.0
+    assert float(loss) < float(loss_other)
