@@ -31,8 +31,8 @@ def _ask(page, prompt: str) -> tuple[str, float]:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="the trained large demo does not answer these yet: held-out accuracy 28% (red circle answered as four "
-    "red shapes); strict, so this fails once it passes and the mark must go",
+    reason="the trained large demo does not answer these reliably yet: held-out accuracy 49% (describe 0%, when 3%); "
+    "strict, so this fails once it passes and the mark must go",
 )
 def test_the_playground_sees_the_red_circle_and_hears_the_meeting(large_server, browser, tmp_path: Path):
     page = browser.new_page()
