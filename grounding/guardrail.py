@@ -31,6 +31,10 @@ class Verdict:
     claims: int
     unsupported: tuple[str, ...]
 
+    def __post_init__(self) -> None:
+        # One figure everywhere: what the response carries, what is stored and what passes are the same number.
+        object.__setattr__(self, "score", round(self.score, 4))
+
     @property
     def passed(self) -> bool:
         return self.score >= self.threshold
@@ -38,7 +42,7 @@ class Verdict:
     def wire(self, *, regenerated: bool = False) -> dict[str, Any]:
         """The `grounding` extension object of a response."""
         out: dict[str, Any] = {
-            "score": round(self.score, 4),
+            "score": self.score,
             "threshold": self.threshold,
             "passed": self.passed,
             "flagged": not self.passed,

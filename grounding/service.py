@@ -152,7 +152,7 @@ class GroundingService:
                     set_grounding_score,
                     self._db,
                     record.request_id,
-                    result.score,
+                    verdict.score,
                     result.unsupported,
                     passed=verdict.passed,
                     question_kind=question_kind(record.question),
