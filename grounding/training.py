@@ -44,7 +44,7 @@ import numpy as np
 from grounding.answers import check_answer
 from grounding.golden import GoldenItem, golden_set, training_items
 from grounding.speech import SOUNDS, render_clip
-from grounding.world import COLOURS, MAX_REACH, POSITIONS, SHAPES, SIZES, Scene, render_scene, sample_scene
+from grounding.world import COLOURS, MAX_REACH, POSITIONS, SHAPES, SIZES, Scene, Shape, render_scene, sample_scene
 
 Progress = Callable[[str], None]
 
@@ -107,7 +107,7 @@ class TrainConfig:
         return self.lora_alpha / self.lora_rank
 
 
-def centre_cell(scene: Scene, shape: Any, rows: int, cols: int) -> int:
+def centre_cell(scene: Scene, shape: Shape, rows: int, cols: int) -> int:
     """The raster index of the merged token whose cell holds `shape`'s centre."""
     r = min(rows - 1, int(shape.cy * rows / scene.height))
     c = min(cols - 1, int(shape.cx * cols / scene.width))
@@ -260,9 +260,7 @@ def cell_labels(scene: Scene, rows: int, cols: int) -> np.ndarray:
                 if math.hypot(x - shape.cx, y - shape.cy) <= 0.9 * shape.radius:
                     out[r, c] = label_of(shape.kind, shape.colour)
     for shape in scene.shapes:
-        r = min(rows - 1, int(shape.cy * rows / scene.height))
-        c = min(cols - 1, int(shape.cx * cols / scene.width))
-        out[r, c] = label_of(shape.kind, shape.colour)
+        out.reshape(-1)[centre_cell(scene, shape, rows, cols)] = label_of(shape.kind, shape.colour)
     return out
 
 
