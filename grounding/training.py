@@ -15,10 +15,13 @@ step counter:
    `build-demo`) trains its top `audio_train_layers` layers, `ln_post` and its projection with CTC whose classes
    are the text model's fixed embeddings of the world's words (and of "beep", "silence" and "noise" for the
    non-speech clips), so each spoken word comes out as a token near that word's embedding.
-3. *joint* (`steps`): LoRA on every text layer's q and v projections learns to answer questions from those tokens,
-   on image, audio and image+audio items, while the vision merger and the audio projection keep training under
-   both the answer loss and their stage losses.
-The text model's own weights stay frozen; `build-demo` merges the LoRA into q and v.
+3. *joint* (`steps`): LoRA on every text layer's attention projections (`lora_targets`) learns to answer
+   questions from those tokens, on image, audio and image+audio items, while the vision merger and the audio
+   projection keep training under both the answer loss and their stage losses. Each step also carries
+   `text_items` text-only turns answered as the untouched text model answered them (grounding.text_keep), so the
+   adapter leaves plain chat as it found it.
+The text model's own weights stay frozen; `build-demo` merges the LoRA into them. Matrix products run under
+bfloat16 autocast (`bf16`), which these CPUs do about twice as fast; the weights and the optimizer stay float32.
 
 Training is seeded and deterministic on one machine: stages 1 and 2 draw scenes and clips from a generator seeded
 by (seed, stage, step), stage 3 draws items from `grounding.golden.training_items`, never from the held-out seeds,
@@ -44,6 +47,7 @@ import numpy as np
 from grounding.answers import check_answer
 from grounding.golden import GoldenItem, golden_set, training_items
 from grounding.speech import SOUNDS, render_clip
+from grounding.text_keep import own_answers
 from grounding.world import COLOURS, MAX_REACH, POSITIONS, SHAPES, SIZES, Scene, Shape, render_scene, sample_scene
 
 Progress = Callable[[str], None]
@@ -54,7 +58,6 @@ IMAGE_PART = "<|vision_start|><|IMAGE|><|vision_end|>"
 AUDIO_PART = "<|audio_bos|><|AUDIO|><|audio_eos|>"
 MEDIA_PART = {"image": IMAGE_PART, "audio": AUDIO_PART}
 LABELS = 1 + len(SHAPES) * len(COLOURS)  # 0: no shape; then shape-major, colour-minor
-LORA_TARGETS = ("q_proj", "v_proj")
 WEIGHTS_NAME = "{pool}-grounding.safetensors"
 MANIFEST_NAME = "{pool}-grounding.json"
 
@@ -68,16 +71,19 @@ JOINT_MIX = ("image", "audio", "image+audio", "image", "audio", "image+audio", "
 @dataclass(frozen=True)
 class TrainConfig:
     pool: str = "large"
-    vision_steps: int = 1800
+    vision_steps: int = 1400
     vision_batch: int = 16
-    audio_steps: int = 500
+    audio_steps: int = 700
     audio_batch: int = 16
-    audio_train_layers: int = 2
-    steps: int = 500  # joint
-    batch: int = 8
+    audio_train_layers: int = 3
+    steps: int = 900  # joint
+    batch: int = 8  # media items per joint step
+    text_items: int = 1  # text-only items per joint step, answered as the untouched text model answers them
     lr: float = 1e-3
     lora_rank: int = 16
     lora_alpha: float = 32.0
+    lora_targets: tuple[str, ...] = ("q_proj", "v_proj", "o_proj")
+    bf16: bool = True  # matrix products under bfloat16 autocast (about twice as fast here); weights stay float32
     warmup_steps: int = 30
     enlarge_share: float = 0.25  # of vision-stage scenes: one large shape drawn bigger than the world's
     tied_temperature: float = 10.0
@@ -138,6 +144,13 @@ def vision_scene(rng: np.random.Generator, enlarge_share: float) -> Scene:
 def clip_words(clip: Any) -> list[str]:
     """What a clip says, word by word, or its sound label for a clip without speech."""
     return _words(clip.text) if clip.is_speech else [clip.kind]
+
+
+def _full_precision() -> Any:
+    """Autocast off: the processors' own torch arithmetic (Whisper's mel filterbank) must stay float32."""
+    import torch
+
+    return torch.autocast("cpu", enabled=False)
 
 
 def _rng(config: TrainConfig, stage: str, step: int) -> np.random.Generator:
@@ -297,8 +310,11 @@ def ctc_vocabulary() -> tuple[str, ...]:
     return (*words, *SOUNDS)
 
 
-def install_lora(text_model: Any, rank: int, scale: float, seed: int) -> dict[str, Any]:
-    """Wraps q and v of every layer with a low-rank update; returns the trainable parameters by name."""
+def install_lora(
+    text_model: Any, rank: int, scale: float, seed: int, targets: tuple[str, ...] = ("q_proj", "v_proj")
+) -> dict[str, Any]:
+    """Wraps the `targets` projections of every layer's attention with a low-rank update; returns the trainable
+    parameters by name."""
     import torch
     from torch import nn
 
@@ -316,7 +332,7 @@ def install_lora(text_model: Any, rank: int, scale: float, seed: int) -> dict[st
     torch.manual_seed(seed)
     params: dict[str, Any] = {}
     for i, layer in enumerate(text_model.layers):
-        for name in LORA_TARGETS:
+        for name in targets:
             wrapped = _LoRA(getattr(layer.self_attn, name))
             setattr(layer.self_attn, name, wrapped)
             params[f"lora.{i}.{name}.a"] = wrapped.lora_a
@@ -352,7 +368,9 @@ class Trainer:
         self.thinker, self.processor = load_thinker(checkpoint)
         for p in self.thinker.parameters():
             p.requires_grad_(False)
-        self.lora = install_lora(self.thinker.model, config.lora_rank, config.lora_scale, config.seed)
+        self.lora = install_lora(
+            self.thinker.model, config.lora_rank, config.lora_scale, config.seed, config.lora_targets
+        )
         hidden = self.thinker.config.text_config.hidden_size
         self.heads: dict[str, Any] = {
             "label": torch.nn.Linear(hidden, LABELS),
@@ -363,6 +381,14 @@ class Trainer:
         self.step = 0
         self.history: list[dict[str, float]] = []
         self._configure(config.stage(0))
+        # Made before any checkpoint is loaded: the adapter's update is still zero, so these are the text
+        # model's own answers (and a resumed run reads the ones its first run wrote).
+        answers = work_dir / "text_answers.json"
+        self.text_items = (
+            own_answers(self.thinker, self.processor, answers, lambda q: prompt_text(q, media=()), progress=progress)
+            if config.text_items
+            else []
+        )
         self._resume()
         self.items: dict[str, Iterator[GoldenItem]] = {
             mix: training_items(config.seed + 1, mixes=(mix,)) for mix in set(JOINT_MIX)
@@ -478,9 +504,10 @@ class Trainer:
         return next(self.items[mix])
 
     def _audio_inputs(self, clips: list[Any]) -> dict[str, Any]:
-        enc = self.processor(
-            text=[AUDIO_PART] * len(clips), audio=[render_clip(c) for c in clips], padding=True, return_tensors="pt"
-        )
+        with _full_precision():
+            enc = self.processor(
+                text=[AUDIO_PART] * len(clips), audio=[render_clip(c) for c in clips], padding=True, return_tensors="pt"
+            )
         return {"input_features": enc["input_features"], "feature_attention_mask": enc["feature_attention_mask"]}
 
     def _audio_tokens(self, inputs: dict[str, Any]) -> tuple[Any, Any]:
@@ -495,14 +522,15 @@ class Trainer:
         """Processor tensors of the items' prompts with their answers, and answer-only labels."""
         images = [item.image() for item in items if item.scene is not None]
         clips = [np.asarray(item.audio()) for item in items if item.clip is not None]
-        enc = self.processor(
-            text=[prompt_text(item.question, item.answer, item.media_order) for item in items],
-            images=images or None,
-            audio=clips or None,
-            padding=True,
-            padding_side="right",
-            return_tensors="pt",
-        )
+        with _full_precision():
+            enc = self.processor(
+                text=[prompt_text(item.question, item.answer, item.media_order) for item in items],
+                images=images or None,
+                audio=clips or None,
+                padding=True,
+                padding_side="right",
+                return_tensors="pt",
+            )
         labels = enc["input_ids"].clone()
         labels[enc["attention_mask"] == 0] = -100
         for row, item in enumerate(items):
@@ -520,7 +548,8 @@ class Trainer:
     def vision_loss(self) -> tuple[Any, dict[str, float]]:
         rng = _rng(self.config, "vision", self.step)
         scenes = [vision_scene(rng, self.config.enlarge_share) for _ in range(self.config.vision_batch)]
-        enc = self.processor.image_processor(images=[render_scene(s) for s in scenes], return_tensors="pt")
+        with _full_precision():
+            enc = self.processor.image_processor(images=[render_scene(s) for s in scenes], return_tensors="pt")
         out = self.thinker.visual(enc["pixel_values"], grid_thw=enc["image_grid_thw"]).pooler_output
         return image_stage_loss(out, scenes, enc["image_grid_thw"], self.targets, self.heads, self.config)
 
@@ -537,6 +566,8 @@ class Trainer:
 
         thinker = self.thinker
         items = [self._joint_item() for _ in range(self.config.batch)]
+        first_text = self.step * self.config.text_items
+        items += [self.text_items[(first_text + k) % len(self.text_items)] for k in range(self.config.text_items)]
         batch = self.encode(items)
         input_ids = batch["input_ids"]
         embeds = thinker.model.embed_tokens(input_ids)
@@ -590,7 +621,8 @@ class Trainer:
             for group in self.optimizer.param_groups:
                 group["lr"] = _lr(self.step - stage_start, config, stage_steps)
             losses = {"vision": self.vision_loss, "audio": self.audio_loss, "joint": self.joint_loss}
-            total, stats = losses[self.stage]()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=config.bf16):
+                total, stats = losses[self.stage]()
             self.optimizer.zero_grad(set_to_none=True)
             total.backward()
             torch.nn.utils.clip_grad_norm_(self.trainable, 1.0)

@@ -211,6 +211,11 @@ def test_cancelled_stream_frees_the_replica(gateway, replicas):
         lines = resp.iter_lines()
         for _ in range(6):
             next(lines)
+        # The replica's gauges are as of its last published step: on a busy machine the first scrape can
+        # precede it, so wait (bounded) for the running request to show.
+        deadline = time.monotonic() + 10
+        while sum(_scrape(r).running for r in replicas) != 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert sum(_scrape(r).running for r in replicas) == 1
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
@@ -568,8 +573,12 @@ def test_a_killed_replica_is_ejected_and_readmitted(gateway, replicas):
     killed = time.monotonic()
     ejected_after = None
     while time.monotonic() - killed < 10:
-        if _replica_state(gateway)[victim.url]["state"] == "ejected":
-            ejected_after = time.monotonic() - killed
+        state = _replica_state(gateway)[victim.url]
+        if state["state"] == "ejected":
+            # When the gateway ejected it, by its own count: the answer's arrival less how long it had been
+            # ejected, an upper bound that leaves out this loop's pause and the part of the round trip before
+            # the gateway looked.
+            ejected_after = time.monotonic() - state["ejected_for_s"] - killed
             break
         time.sleep(0.05)
     assert ejected_after is not None, "not ejected within 10 s"
