@@ -200,7 +200,7 @@ async def build_state(settings: Settings) -> AsyncIterator[AppState]:
             settings=settings,
             pools=pools,
             service=InferenceService(pipeline, MediaEncoder(ingest, cache), metrics, bus, tasks),
-            quotas=QuotaGate(limiter, db),
+            quotas=QuotaGate(limiter, db, prices=prices),
             metrics=metrics,
             db=db,
             directory=directory,

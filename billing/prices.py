@@ -9,6 +9,7 @@ from sqlalchemy import Engine
 from sqlmodel import Session, select
 
 from db.models import BillingOutbox, InferenceRequest, ModelPrice
+from serving.record import TokenUsage
 
 DIMENSIONS = ("text_input", "image", "audio", "cached_media", "output")
 
@@ -27,6 +28,23 @@ def quantities(row: InferenceRequest) -> dict[str, int]:
         "audio": row.audio_tokens - cached_audio,
         "cached_media": cached_image + cached_audio,
         "output": row.output_tokens,
+    }
+
+
+def _micros(micros_times_million: int, round_up: bool) -> int:
+    return -(-micros_times_million // 1_000_000) if round_up else micros_times_million // 1_000_000
+
+
+def usage_quantities(usage: TokenUsage) -> dict[str, int]:
+    """The same dimensions for a lease's token usage: a reservation's worst case, or what a request used."""
+    cached_image = min(usage.cached_image, usage.image)
+    cached_audio = min(usage.cached_audio, usage.audio)
+    return {
+        "text_input": usage.text,
+        "image": usage.image - cached_image,
+        "audio": usage.audio - cached_audio,
+        "cached_media": cached_image + cached_audio,
+        "output": usage.completion,
     }
 
 
@@ -61,7 +79,12 @@ class PriceBook:
         return {m: {d: self.price(m, d) for d in DIMENSIONS} for m in models}
 
     def cost_micros(self, row: InferenceRequest) -> int:
-        return sum(n * self.price(row.model_variant, d) for d, n in quantities(row).items()) // 1_000_000
+        return self.cost_of(row.model_variant, quantities(row))
+
+    def cost_of(self, model: str, amounts: dict[str, int], *, round_up: bool = False) -> int:
+        """Millionths of the currency unit for `amounts` (tokens per dimension) on `model`; rounded down as
+        billed, or up for a reservation that must never be less than the bill."""
+        return _micros(sum(n * self.price(model, d) for d, n in amounts.items()), round_up)
 
     def outbox_rows(self, row: InferenceRequest) -> list[BillingOutbox]:
         if row.tenant_id is None:

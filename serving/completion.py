@@ -50,16 +50,16 @@ class Submission:
 
 
 class Settlement:
-    """Settles the caller's quota hold once, with the tokens the request used: 0 when refused before the
+    """Settles the caller's quota hold once, with what the request used: nothing when refused before the
     engine, which the lease's release stack guarantees by registering it as soon as the hold exists."""
 
     def __init__(self, hold: QuotaHold, tasks: BackgroundTasks) -> None:
         self.hold = hold
-        self.used_tokens = 0
+        self.used = TokenUsage()
         self._tasks = tasks
 
     def __call__(self) -> None:
-        self._tasks.spawn(self.hold.settle(self.used_tokens))
+        self._tasks.spawn(self.hold.settle(self.used))
 
 
 @dataclass
@@ -191,7 +191,7 @@ class Completion:
             self._tasks.spawn(self.submission.pool.engine.abort(self.request_id))
         record = self.record()
         if self._settlement is not None:
-            self._settlement.used_tokens = record.usage.total
+            self._settlement.used = record.usage
         try:
             self._releases.close()
         finally:

@@ -6,13 +6,18 @@ lease (`serving.completion`) gives back what it took on every exit:
 2. is there room for another request at all (`precheck`: a read, before any media is fetched or any prompt
    is tokenized, so a caller at its limits costs the gateway almost nothing);
 3. which prefix-cache salt keeps its KV blocks apart from other callers' (`cache_salt`);
-4. a reservation of the request's worst-case tokens (`reserve`), settled to what was used when it ends.
+4. a reservation of the request's worst case (`reserve`: its prompt tokens by modality, as estimated before the
+   media is decoded, and every choice's `max_tokens`), settled to what it used when it ends; the caller prices
+   both, so a spending budget is held like a token budget.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from serving.record import TokenUsage
 
 
 @dataclass(frozen=True)
@@ -35,8 +40,8 @@ class QuotaHold(Protocol):
         """Rate-limit counters to show the client (e.g. `x-ratelimit-remaining-tokens`)."""
         ...
 
-    async def settle(self, used_tokens: int) -> None:
-        """Reconcile the reservation to the tokens used (0 when refused before the engine) and free it."""
+    async def settle(self, used: TokenUsage) -> None:
+        """Reconcile the reservation to what was used (nothing when refused before the engine) and free it."""
         ...
 
 
@@ -56,6 +61,6 @@ class CallerPolicy(Protocol):
         (the reservation later is the binding check)."""
         ...
 
-    async def reserve(self, model: str, tokens: int) -> QuotaHold:
-        """Reserve `tokens` on `model`, or raise `RateLimited` / `QuotaExceeded`."""
+    async def reserve(self, model: str, worst: TokenUsage) -> QuotaHold:
+        """Reserve the worst case `worst` on `model`, or raise `RateLimited` / `QuotaExceeded`."""
         ...

@@ -30,7 +30,7 @@ from serving.metrics import ServerMetrics
 from serving.pipeline import Pipeline, RenderedPrompt, require_healthy
 from serving.policy import CallerPolicy
 from serving.pools import ModelPool
-from serving.record import CompletionBus, OpenedRequest
+from serving.record import CompletionBus, OpenedRequest, TokenUsage
 from serving.tools import AUTO, ToolPlan
 
 logger = logging.getLogger(__name__)
@@ -138,9 +138,17 @@ class InferenceService:
         plan = pipeline.plan(request.messages)
         probed, pool, reason, prompt = await self._route(request, caller, plan)
         params = _engine_params(request, pool)
-        needed = _within_context(pipeline.estimate(prompt, probed, pool), params, pool)
+        parts = pipeline.estimate_parts(prompt, probed, pool)
+        needed = _within_context(sum(parts.values()), params, pool)
+        worst = TokenUsage(
+            prompt=sum(parts.values()),
+            completion=needed - sum(parts.values()),
+            text=parts["text"],
+            image=parts["image"],
+            audio=parts["audio"],
+        )
 
-        settlement = Settlement(await caller.reserve(pool.name, needed), self._tasks)
+        settlement = Settlement(await caller.reserve(pool.name, worst), self._tasks)
         releases.callback(settlement)
         ticket = await pool.admission.acquire(needed, request.priority)
         releases.callback(pool.admission.release, ticket)

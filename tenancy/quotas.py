@@ -1,14 +1,18 @@
 """The tenant's caller policy: model permission, prefix-cache salt, budgets and rate limits.
 
 `QuotaGate.policy(principal)` is what the API and the console hand to `InferenceService.start`, so both
-callers are salted, limited and metered the same way. A request reserves its worst-case tokens against the
-tenant's tokens-per-minute and concurrency limits (and is checked against its monthly budgets); the lease
-settles the reservation to the tokens used when the request ends.
+callers are salted, limited and metered the same way. A request reserves its worst case against the tenant's
+tokens-per-minute and concurrency limits and against its monthly budgets: tokens, and the spend those tokens
+would cost at the model's prices (every medium priced fresh, every choice at `max_tokens`). The monthly
+reservations live in the limiter (Redis across gateways), so parallel requests cannot overrun a budget by more
+than one request's worst case. The lease settles each reservation to what the request used when it ends.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import functools
 import hashlib
 import logging
 import time
@@ -18,8 +22,10 @@ from datetime import UTC, datetime
 
 from sqlalchemy import Engine
 
+from billing.prices import DEFAULT_PRICES, PriceBook, usage_quantities
 from serving.errors import PermissionDenied, QuotaExceeded, RateLimited
 from serving.policy import CallerIdentity, QuotaHold
+from serving.record import TokenUsage
 from tenancy.directory import Principal, TenantQuota
 from tenancy.limits import Limits, RateLimiter, Reservation
 from tenancy.metering import spent_this_month
@@ -48,11 +54,18 @@ def cache_salt(principal: Principal) -> str:
 
 @dataclass(frozen=True)
 class BudgetHold:
-    """Tokens reserved against a tenant's monthly token budget until the request settles."""
+    """What a request holds of its tenant's monthly budgets until it settles: tokens, spend (micros), or both."""
 
     tenant: str
     month: str
-    tokens: int
+    model: str
+    tokens: int | None = None
+    cost_micros: int | None = None
+
+
+def _cost_counter(month: str) -> str:
+    """The limiter's month counter for spend, beside the token counter `month`."""
+    return f"{month}:cost"
 
 
 @dataclass
@@ -64,15 +77,15 @@ class TenantHold:
     limits: dict[str, str] = field(default_factory=dict)
     budget: BudgetHold | None = None
 
-    async def settle(self, used_tokens: int) -> None:
+    async def settle(self, used: TokenUsage) -> None:
         reservation, self.reservation = self.reservation, None
         budget, self.budget = self.budget, None
         try:
             if reservation is not None:
-                await self.gate.settle(reservation, used_tokens)
+                await self.gate.settle(reservation, used.total)
         finally:
             if budget is not None:
-                await self.gate.settle_budget(budget, used_tokens)
+                await self.gate.settle_budget(budget, used)
 
 
 @dataclass(frozen=True)
@@ -105,15 +118,26 @@ class TenantPolicy:
     async def precheck(self) -> None:
         await self.gate.precheck(self.principal)
 
-    async def reserve(self, model: str, tokens: int) -> QuotaHold:
+    async def reserve(self, model: str, worst: TokenUsage) -> QuotaHold:
         self.check_model(model)
-        return await self.gate.reserve(self.principal, tokens)
+        return await self.gate.reserve(self.principal, model, worst)
+
+
+class _ListPrices:
+    """The list prices, for a gate without a price book (tests and tools without a database of prices)."""
+
+    def cost_of(self, model: str, amounts: dict[str, int], *, round_up: bool = False) -> int:
+        total = sum(n * DEFAULT_PRICES[d] for d, n in amounts.items())
+        return -(-total // 1_000_000) if round_up else total // 1_000_000
 
 
 class QuotaGate:
-    def __init__(self, limiter: RateLimiter, db: Engine, *, budget_cache_s: float = 5.0) -> None:
+    def __init__(
+        self, limiter: RateLimiter, db: Engine, *, prices: PriceBook | None = None, budget_cache_s: float = 5.0
+    ) -> None:
         self._limiter = limiter
         self._db = db
+        self._prices: PriceBook | _ListPrices = prices or _ListPrices()
         self._budget_cache_s = budget_cache_s
         self._month: dict[str, tuple[float, int, int]] = {}  # tenant -> (valid until, tokens, cost micros)
 
@@ -148,21 +172,22 @@ class QuotaGate:
                 limits=limits,
             )
 
-    async def reserve(self, principal: Principal, tokens: int) -> TenantHold:
+    async def reserve(self, principal: Principal, model: str, worst: TokenUsage) -> TenantHold:
         quota = principal.quota
         if principal.tenant_id is None or quota is None:
             return TenantHold(self, None)
-        budget = await self._reserve_budget(principal.tenant_id, quota, tokens)
+        tokens = worst.total
+        budget = await self._reserve_budget(principal.tenant_id, quota, model, worst)
         try:
             decision = await self._limiter.reserve(
                 principal.tenant_id, tokens, Limits(quota.tokens_per_minute, quota.concurrent_requests)
             )
         except BaseException:
             if budget is not None:
-                await self.settle_budget(budget, 0)
+                await self.settle_budget(budget, TokenUsage())
             raise
         if decision.reservation is None and budget is not None:
-            await self.settle_budget(budget, 0)
+            await self.settle_budget(budget, TokenUsage())
         counters = {k: v for k, v in decision.headers().items() if k.startswith("x-ratelimit")}
         if decision.reservation is None:
             what = "concurrent requests" if decision.reason == "concurrency" else "tokens per minute"
@@ -174,34 +199,61 @@ class QuotaGate:
             )
         return TenantHold(self, decision.reservation, counters, budget)
 
-    async def _reserve_budget(self, tenant_id: str, quota: TenantQuota, tokens: int) -> BudgetHold | None:
-        """Check the monthly budgets, and reserve the request's worst case against the token budget across every
-        gateway, so parallel requests cannot overrun it by more than one request's tokens."""
+    async def _reserve_budget(
+        self, tenant_id: str, quota: TenantQuota, model: str, worst: TokenUsage
+    ) -> BudgetHold | None:
+        """Reserve the request's worst case against the monthly token and spending budgets, across every gateway,
+        so parallel requests cannot overrun either by more than one request's worst case."""
         if quota.monthly_token_budget is None and quota.monthly_cost_budget_micros is None:
             return None
         tokens_used, cost_used = await self._spent(tenant_id)
-        if quota.monthly_cost_budget_micros is not None and cost_used >= quota.monthly_cost_budget_micros:
-            raise QuotaExceeded(
-                "the monthly spending budget of this tenant is spent; raise it or wait for the next month"
-            )
-        if quota.monthly_token_budget is None:
-            return None
         month = datetime.now(UTC).strftime("%Y-%m")
-        ok, _ = await self._limiter.reserve_budget(tenant_id, month, tokens, quota.monthly_token_budget, tokens_used)
-        if not ok:
-            raise QuotaExceeded(
-                f"the monthly token budget of this tenant ({quota.monthly_token_budget}) cannot cover this request "
-                f"({tokens} tokens at most); raise it or wait for the next month"
+        hold = BudgetHold(tenant_id, month, model)
+        if quota.monthly_cost_budget_micros is not None:
+            # Rounded up, so a request is never reserved for less than its bill; the prices may take a query.
+            cost = await asyncio.to_thread(self._prices.cost_of, model, usage_quantities(worst), round_up=True)
+            ok, _ = await self._limiter.reserve_budget(
+                tenant_id, _cost_counter(month), cost, quota.monthly_cost_budget_micros, cost_used
             )
-        return BudgetHold(tenant_id, month, tokens)
+            if not ok:
+                raise QuotaExceeded(
+                    "the monthly spending budget of this tenant cannot cover this request (at most "
+                    f"{cost / 1e6:.6f} at {model}'s prices); raise it or wait for the next month"
+                )
+            hold = dataclasses.replace(hold, cost_micros=cost)
+        if quota.monthly_token_budget is not None:
+            try:
+                ok, _ = await self._limiter.reserve_budget(
+                    tenant_id, month, worst.total, quota.monthly_token_budget, tokens_used
+                )
+            except BaseException:
+                await self.settle_budget(hold, TokenUsage())
+                raise
+            if not ok:
+                await self.settle_budget(hold, TokenUsage())
+                raise QuotaExceeded(
+                    f"the monthly token budget of this tenant ({quota.monthly_token_budget}) cannot cover this "
+                    f"request ({worst.total} tokens at most); raise it or wait for the next month"
+                )
+            hold = dataclasses.replace(hold, tokens=worst.total)
+        return hold
 
-    async def settle_budget(self, budget: BudgetHold, used_tokens: int) -> None:
-        try:
-            await _with_retries(
-                lambda: self._limiter.settle_budget(budget.tenant, budget.month, budget.tokens, used_tokens)
-            )
-        except Exception:  # the month then counts the reserved worst case: strict, never lenient
-            logger.warning("could not settle a budget reservation of tenant %s", budget.tenant, exc_info=True)
+    async def settle_budget(self, budget: BudgetHold, used: TokenUsage) -> None:
+        """Replace the budget reservations by what was used (strict on failure: the month then keeps counting
+        the reserved worst case, never less)."""
+        counters: list[tuple[str, int, int]] = []
+        if budget.tokens is not None:
+            counters.append((budget.month, budget.tokens, used.total))
+        if budget.cost_micros is not None:
+            spent = await asyncio.to_thread(self._prices.cost_of, budget.model, usage_quantities(used))
+            counters.append((_cost_counter(budget.month), budget.cost_micros, spent))
+        for counter, reserved, actual in counters:
+            try:
+                await _with_retries(
+                    functools.partial(self._limiter.settle_budget, budget.tenant, counter, reserved, actual)
+                )
+            except Exception:
+                logger.warning("could not settle a budget reservation of tenant %s", budget.tenant, exc_info=True)
 
     async def settle(self, reservation: Reservation, used_tokens: int) -> None:
         """Reconcile the reservation to what was used and free the slot; the slot is freed even when the

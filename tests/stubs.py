@@ -23,7 +23,7 @@ from serving.metrics import ServerMetrics
 from serving.pipeline import Pipeline
 from serving.policy import CallerIdentity
 from serving.pools import ModelPool, PoolRegistry
-from serving.record import CompletionBus, CompletionRecord, Journal
+from serving.record import CompletionBus, CompletionRecord, Journal, TokenUsage
 from serving.service import InferenceService
 
 IMAGE_TOKEN = 99
@@ -98,8 +98,8 @@ class RecordingHold:
     caller: RecordingCaller
     limits: dict[str, str] = field(default_factory=lambda: {"x-ratelimit-remaining-requests": "1"})
 
-    async def settle(self, used_tokens: int) -> None:
-        self.caller.settled.append(used_tokens)
+    async def settle(self, used: TokenUsage) -> None:
+        self.caller.settled.append(used.total)
 
 
 @dataclass
@@ -129,8 +129,8 @@ class RecordingCaller:
     async def precheck(self) -> None:
         self.prechecked += 1
 
-    async def reserve(self, model: str, tokens: int) -> RecordingHold:
-        self.reserved.append((model, tokens))
+    async def reserve(self, model: str, worst: TokenUsage) -> RecordingHold:
+        self.reserved.append((model, worst.total))
         return RecordingHold(self)
 
 

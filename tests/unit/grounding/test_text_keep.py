@@ -27,9 +27,11 @@ def test_answers_are_made_once_then_read_back(tmp_path, monkeypatch):
     lines: list[str] = []
     items = text_keep.own_answers(thinker, processor, path, _prompt, max_new_tokens=64, progress=lines.append)
     stored = json.loads(path.read_text())
-    assert items and all(i.answer for i in items)
+    assert items
+    assert all(i.answer for i in items)
     assert [tuple(p) for p in stored["pairs"]] == [(i.question, i.answer) for i in items]
-    assert lines and lines[-1].startswith("  text answers of the untouched model: 2/2")
+    assert lines
+    assert lines[-1].startswith("  text answers of the untouched model: 2/2")
     assert all(i.scene is None and i.clip is None and i.media_order == () for i in items)
 
     def refuse(*args, **kwargs):

@@ -9,11 +9,17 @@ from sqlmodel import Session
 
 from db.models import ApiKey, InferenceRequest
 from serving.errors import Conflict, ErrorKind
+from serving.record import TokenUsage
 from tenancy.directory import Directory
 from tenancy.limits import InProcessLimiter
 from tenancy.metering import aggregate, receipt, spent_this_month
 from tenancy.quotas import QuotaGate, cache_salt
 from tests.dbs import migrated
+
+
+def _tokens(n: int) -> TokenUsage:
+    """A worst case (or a use) of `n` text prompt tokens."""
+    return TokenUsage(prompt=n, text=n)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -86,11 +92,11 @@ def test_budgets_refuse_before_the_engine(db):
     gate = QuotaGate(InProcessLimiter(), db, budget_cache_s=0)
 
     async def run():
-        hold = await gate.policy(d.resolve(key)).reserve("small", 60)
+        hold = await gate.policy(d.resolve(key)).reserve("small", _tokens(60))
         assert hold.reservation is not None
         assert hold.limits["x-ratelimit-limit-requests"] == "16"
-        await hold.settle(60)
-        await hold.settle(60)  # a second settle is a no-op
+        await hold.settle(_tokens(60))
+        await hold.settle(_tokens(60))  # a second settle is a no-op
         with Session(db) as s:
             s.add(
                 InferenceRequest(
@@ -106,10 +112,10 @@ def test_budgets_refuse_before_the_engine(db):
             )
             s.commit()
         with pytest.raises(QuotaExceeded):
-            await gate.policy(d.resolve(key)).reserve("small", 60)
+            await gate.policy(d.resolve(key)).reserve("small", _tokens(60))
         d.set_quota(t.id, monthly_token_budget=None, monthly_cost_budget_micros=5)
         with pytest.raises(QuotaExceeded, match="spending"):
-            await gate.policy(d.resolve(key)).reserve("small", 1)
+            await gate.policy(d.resolve(key)).reserve("small", _tokens(1))
 
     asyncio.run(run())
 
@@ -132,14 +138,14 @@ def test_tenant_policy_checks_models_and_salts_per_tenant(db):
     assert gate.policy(wide).identity.tenant_id == a.id
 
     async def run():
-        hold = await gate.policy(wide).reserve("large", 10)
+        hold = await gate.policy(wide).reserve("large", _tokens(10))
         with pytest.raises(RateLimited) as refused:
-            await gate.policy(narrow).reserve("small", 10)  # one concurrent request for tenant a
+            await gate.policy(narrow).reserve("small", _tokens(10))  # one concurrent request for tenant a
         assert refused.value.retry_after_s is not None
         assert refused.value.limits["x-ratelimit-remaining-requests"] == "0"
-        await hold.settle(5)
-        second = await gate.policy(narrow).reserve("small", 10)  # the slot came back
-        await second.settle(0)
+        await hold.settle(_tokens(5))
+        second = await gate.policy(narrow).reserve("small", _tokens(10))  # the slot came back
+        await second.settle(_tokens(0))
 
     asyncio.run(run())
 
@@ -239,14 +245,51 @@ def test_a_monthly_budget_holds_against_parallel_requests(db):
     async def run():
         gate = QuotaGate(RedisLimiter("redis://127.0.0.1:6379/0", prefix=f"t-{uuid.uuid4().hex[:6]}"), db)
         policy = gate.policy(d.resolve(key))
-        results = await asyncio.gather(*(policy.reserve("small", 4000) for _ in range(16)), return_exceptions=True)
+        results = await asyncio.gather(
+            *(policy.reserve("small", _tokens(4000)) for _ in range(16)), return_exceptions=True
+        )
         holds = [r for r in results if not isinstance(r, BaseException)]
         refused = [r for r in results if isinstance(r, QuotaExceeded)]
-        await holds[0].settle(1500)
-        fits = await policy.reserve("small", 3500)
+        await holds[0].settle(_tokens(1500))
+        fits = await policy.reserve("small", _tokens(3500))
         with pytest.raises(QuotaExceeded):
-            await policy.reserve("small", 1)
-        await fits.settle(0)
+            await policy.reserve("small", _tokens(1))
+        await fits.settle(_tokens(0))
+        return len(holds), len(refused)
+
+    assert asyncio.run(run()) == (1, 15)
+
+
+def test_a_monthly_spending_budget_holds_against_parallel_requests(db):
+    """Prices of 1 micro per text token and 2 per output token, a budget of 4,000 micros, 16 parallel requests
+    whose worst case is 1,000 + 1,000 tokens (3,000 micros): one runs, fifteen are refused; once it settles at
+    1,000 + 200 tokens (1,400 micros) a worst case of exactly the 2,600 left fits, and nothing more."""
+    from billing.prices import PriceBook
+    from serving.errors import QuotaExceeded
+    from tenancy.limits import RedisLimiter
+
+    d = Directory(db, "s")
+    t = d.create_tenant(f"spend-{uuid.uuid4().hex[:6]}")
+    d.set_quota(t.id, monthly_cost_budget_micros=4000)
+    key = d.issue_key(t.id).key
+    prices = PriceBook(db)
+    prices.set("small", "text_input", 1_000_000)
+    prices.set("small", "output", 2_000_000)
+
+    async def run():
+        limiter = RedisLimiter("redis://127.0.0.1:6379/0", prefix=f"t-{uuid.uuid4().hex[:6]}")
+        policy = QuotaGate(limiter, db, prices=prices).policy(d.resolve(key))
+        worst = TokenUsage(prompt=1000, completion=1000, text=1000)
+        results = await asyncio.gather(*(policy.reserve("small", worst) for _ in range(16)), return_exceptions=True)
+        holds = [r for r in results if not isinstance(r, BaseException)]
+        refused = [r for r in results if isinstance(r, QuotaExceeded) and "spending" in r.message]
+        await holds[0].settle(TokenUsage(prompt=1000, completion=200, text=1000))
+        with pytest.raises(QuotaExceeded):
+            await policy.reserve("small", worst)
+        fits = await policy.reserve("small", TokenUsage(prompt=1000, completion=800, text=1000))
+        with pytest.raises(QuotaExceeded):
+            await policy.reserve("small", _tokens(1))
+        await fits.settle(TokenUsage())
         return len(holds), len(refused)
 
     assert asyncio.run(run()) == (1, 15)
@@ -265,12 +308,12 @@ def test_precheck_refuses_a_tenant_with_no_slot_left_without_reserving(db):
         policy = gate.policy(d.resolve(key))
         await policy.precheck()  # room: passes, and takes nothing
         assert await limiter.usage(t.id) == (0, 0)
-        hold = await policy.reserve("small", 10)
+        hold = await policy.reserve("small", _tokens(10))
         with pytest.raises(RateLimited) as refused:
             await policy.precheck()
         assert refused.value.limits["x-ratelimit-remaining-requests"] == "0"  # the client sees every counter
         assert refused.value.limits["x-ratelimit-limit-tokens"] == str(d.resolve(key).quota.tokens_per_minute)
-        await hold.settle(10)
+        await hold.settle(_tokens(10))
         await policy.precheck()
 
     asyncio.run(run())
