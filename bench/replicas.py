@@ -16,6 +16,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -104,6 +105,35 @@ class Replica:
             time.sleep(1)
         raise BenchFailure(f"replica {self.url} not ready after {timeout_s:.0f} s:\n{self.log_tail()}")
 
+    def kill_engine_core(self, timeout_s: float = 60.0) -> bool:
+        """SIGKILL the replica's engine-core process alone, as an engine crash would, and wait (bounded) until
+        its API server notices and stops answering `/health` with 200. False when no engine process was found."""
+        import psutil
+
+        if self.proc is None:
+            return False
+        cores = [
+            c
+            for c in psutil.Process(self.proc.pid).children(recursive=True)
+            if "EngineCore" in " ".join(_cmdline(c)) or "EngineCor" in c.name()  # comm is cut at 15 characters
+        ]
+        if not cores:
+            return False
+        for core in cores:
+            with suppress(psutil.NoSuchProcess):
+                core.kill()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                return True
+            try:
+                if httpx.get(self.url + "/health", timeout=2).status_code != 200:
+                    return True
+            except httpx.HTTPError:
+                return True
+            time.sleep(0.2)
+        raise BenchFailure(f"replica {self.url} still healthy {timeout_s:.0f} s after its engine core was killed")
+
     def kill(self) -> None:
         """SIGKILL the replica and its engine process, as a crashed machine would."""
         if self.proc is None:
@@ -145,3 +175,12 @@ def running_replicas(checkpoint: Path, name: str, count: int, log_dir: Path) -> 
     finally:
         for r in replicas:
             r.stop()
+
+
+def _cmdline(process: Any) -> list[str]:
+    import psutil
+
+    try:
+        return list(process.cmdline())
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return []

@@ -1,5 +1,6 @@
 """A bounded soak: open-loop traffic at about 80% of measured capacity against a gateway in front of two vLLM
-replicas, with a replica killed (kill -9, then restarted) and Redis restarted mid-run.
+replicas, with a replica's engine core killed (kill -9; its API server then stops answering, and the replica is
+restarted) and Redis restarted mid-run.
 
 Passes when no answer is a 5xx other than a declared 503 (with `retry-after`), every request whose client saw
 `[DONE]` is metered exactly once, no usage row is left running, and the gateway's memory grows by under 5%
@@ -165,8 +166,10 @@ def _soak(base: str, pid: int, replicas: Any, redis_server: RedisServer) -> dict
         time.sleep(SOAK_S * 0.15)
         rss["after_warm_up"] = process.memory_info().rss
         time.sleep(SOAK_S * 0.2)
-        replicas[0].kill()
-        events["replica_killed_s"] = time.monotonic() - began
+        # An engine crash: its engine-core process is killed, and its API server stops answering /health.
+        events["engine_core_killed"] = replicas[0].kill_engine_core()
+        events["engine_core_killed_s"] = time.monotonic() - began
+        replicas[0].kill()  # what is left of it (a supervisor's restart)
         replicas[0].start()  # it loads again while traffic goes on; readmitted when its /health answers
         time.sleep(SOAK_S * 0.3)
         redis_server.stop()
@@ -225,6 +228,7 @@ def _metered(db: Path, results: list[dict[str, Any]]) -> dict[str, Any]:
 def _check(figures: dict[str, Any]) -> None:
     statuses = figures["by_status"]
     assert figures["requests"] >= 20, figures
+    assert figures["events"]["engine_core_killed"] == 1, "no engine-core process was found to kill"
     undeclared = {s: n for s, n in statuses.items() if s not in ("200", "503", "429")}
     assert not undeclared, f"answers other than 200, 429 and declared 503s: {undeclared}"
     assert figures["503_without_retry_after"] == 0, figures
