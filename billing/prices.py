@@ -9,7 +9,6 @@ from sqlalchemy import Engine
 from sqlmodel import Session, select
 
 from db.models import BillingOutbox, InferenceRequest, ModelPrice
-from serving.record import TokenUsage
 
 DIMENSIONS = ("text_input", "image", "audio", "cached_media", "output")
 
@@ -33,19 +32,6 @@ def quantities(row: InferenceRequest) -> dict[str, int]:
 
 def _micros(micros_times_million: int, round_up: bool) -> int:
     return -(-micros_times_million // 1_000_000) if round_up else micros_times_million // 1_000_000
-
-
-def usage_quantities(usage: TokenUsage) -> dict[str, int]:
-    """The same dimensions for a lease's token usage: a reservation's worst case, or what a request used."""
-    cached_image = min(usage.cached_image, usage.image)
-    cached_audio = min(usage.cached_audio, usage.audio)
-    return {
-        "text_input": usage.text,
-        "image": usage.image - cached_image,
-        "audio": usage.audio - cached_audio,
-        "cached_media": cached_image + cached_audio,
-        "output": usage.completion,
-    }
 
 
 class PriceBook:

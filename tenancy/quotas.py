@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy import Engine
 
-from billing.prices import DEFAULT_PRICES, PriceBook, usage_quantities
+from billing.prices import DEFAULT_PRICES, PriceBook
 from serving.errors import PermissionDenied, QuotaExceeded, RateLimited
 from serving.policy import CallerIdentity, QuotaHold
 from serving.record import TokenUsage
@@ -61,6 +61,20 @@ class BudgetHold:
     model: str
     tokens: int | None = None
     cost_micros: int | None = None
+
+
+def usage_quantities(usage: TokenUsage) -> dict[str, int]:
+    """Billable tokens per dimension (billing.prices.quantities) of a lease's token usage: a reservation's worst
+    case, or what a request used."""
+    cached_image = min(usage.cached_image, usage.image)
+    cached_audio = min(usage.cached_audio, usage.audio)
+    return {
+        "text_input": usage.text,
+        "image": usage.image - cached_image,
+        "audio": usage.audio - cached_audio,
+        "cached_media": cached_image + cached_audio,
+        "output": usage.completion,
+    }
 
 
 def _cost_counter(month: str) -> str:
