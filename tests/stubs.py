@@ -109,6 +109,7 @@ class RecordingCaller:
     allowed: set[str] | None = None
     salt: str = "salt-a"
     reserved: list[tuple[str, int]] = field(default_factory=list)
+    worst: list[TokenUsage] = field(default_factory=list)  # each reservation's worst case, by modality
     settled: list[int] = field(default_factory=list)
     prechecked: int = 0
 
@@ -131,6 +132,7 @@ class RecordingCaller:
 
     async def reserve(self, model: str, worst: TokenUsage) -> RecordingHold:
         self.reserved.append((model, worst.total))
+        self.worst.append(worst)
         return RecordingHold(self)
 
 

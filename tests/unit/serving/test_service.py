@@ -62,6 +62,28 @@ def test_completed_stream_releases_once_and_publishes_one_record():
     assert caller.reserved[0][1] >= 16  # the estimate plus max_tokens
 
 
+def test_the_reservation_is_the_worst_case_by_modality():
+    """What the caller reserves (and prices, for a spending budget): the prompt by modality as estimated before
+    decoding, and max_tokens for every choice."""
+    h = harness()
+    caller = RecordingCaller()
+
+    async def run():
+        completion = await h.service.start(_request(image=True, max_tokens=40), caller)
+        async with completion:
+            [d async for d in completion]
+        await _settle(h)
+
+    asyncio.run(run())
+    (worst,) = caller.worst
+    assert worst.completion == 40
+    assert worst.image > 0
+    assert worst.audio == 0
+    assert worst.text > 0
+    assert worst.prompt == worst.text + worst.image
+    assert caller.reserved == [("stub", worst.prompt + 40)]
+
+
 @pytest.mark.parametrize(("with_tools", "salt"), [(False, "everyone"), (True, "salt-a")])
 def test_a_pinned_medium_shares_its_prefix_only_without_tools(with_tools, salt):
     from serving.media.images import ImageLoader
