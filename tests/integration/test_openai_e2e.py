@@ -56,11 +56,6 @@ def test_text(client, model):
     assert resp.usage.total_tokens == resp.usage.prompt_tokens + resp.usage.completion_tokens
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the grounding LoRA, trained on media questions only, displaced this answer ('France is the largest country "
-    "in Europe.'); text items in the joint stage should bring it back, and then this mark must go",
-)
 def test_large_answers_sensibly(client):
     resp = _ask(client, [{"role": "user", "content": "What is the capital of France?"}], model="large", max_tokens=16)
     assert "Paris" in resp.choices[0].message.content

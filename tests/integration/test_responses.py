@@ -71,11 +71,6 @@ def test_text_input_answers_as_a_typed_response(client, model):
     assert resp.output_text == chat.choices[0].message.content
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the grounding LoRA, trained on media questions only, displaced this answer ('France is the largest country "
-    "in Europe.'); text items in the joint stage should bring it back, and then this mark must go",
-)
 def test_large_answers_sensibly(client):
     resp = _create(client, "large", input="What is the capital of France?", max_output_tokens=16)
     assert "Paris" in resp.output_text
