@@ -17,17 +17,28 @@ DIMENSIONS = ("text_input", "image", "audio", "cached_media", "output")
 DEFAULT_PRICES = {"text_input": 150_000, "image": 300_000, "audio": 400_000, "cached_media": 30_000, "output": 600_000}
 
 
-def quantities(row: InferenceRequest) -> dict[str, int]:
+def billable(*, text: int, image: int, audio: int, cached_image: int, cached_audio: int, output: int) -> dict[str, int]:
     """Billable tokens per dimension; media served from the embedding cache are billed as cached media."""
-    cached_image = min(row.cached_image_tokens, row.vision_tokens)
-    cached_audio = min(row.cached_audio_tokens, row.audio_tokens)
+    cached_image, cached_audio = min(cached_image, image), min(cached_audio, audio)
     return {
-        "text_input": row.text_tokens,
-        "image": row.vision_tokens - cached_image,
-        "audio": row.audio_tokens - cached_audio,
+        "text_input": text,
+        "image": image - cached_image,
+        "audio": audio - cached_audio,
         "cached_media": cached_image + cached_audio,
-        "output": row.output_tokens,
+        "output": output,
     }
+
+
+def quantities(row: InferenceRequest) -> dict[str, int]:
+    """Billable tokens per dimension of a usage row."""
+    return billable(
+        text=row.text_tokens,
+        image=row.vision_tokens,
+        audio=row.audio_tokens,
+        cached_image=row.cached_image_tokens,
+        cached_audio=row.cached_audio_tokens,
+        output=row.output_tokens,
+    )
 
 
 def _micros(micros_times_million: int, round_up: bool) -> int:

@@ -139,10 +139,11 @@ class InferenceService:
         probed, pool, reason, prompt = await self._route(request, caller, plan)
         params = _engine_params(request, pool)
         parts = pipeline.estimate_parts(prompt, probed, pool)
-        needed = _within_context(sum(parts.values()), params, pool)
+        estimate = sum(parts.values())
+        needed = _within_context(estimate, params, pool)
         worst = TokenUsage(
-            prompt=sum(parts.values()),
-            completion=needed - sum(parts.values()),
+            prompt=estimate,
+            completion=needed - estimate,
             text=parts["text"],
             image=parts["image"],
             audio=parts["audio"],

@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy import Engine
 
-from billing.prices import DEFAULT_PRICES, PriceBook
+from billing.prices import PriceBook, billable
 from serving.errors import PermissionDenied, QuotaExceeded, RateLimited
 from serving.policy import CallerIdentity, QuotaHold
 from serving.record import TokenUsage
@@ -64,17 +64,15 @@ class BudgetHold:
 
 
 def usage_quantities(usage: TokenUsage) -> dict[str, int]:
-    """Billable tokens per dimension (billing.prices.quantities) of a lease's token usage: a reservation's worst
-    case, or what a request used."""
-    cached_image = min(usage.cached_image, usage.image)
-    cached_audio = min(usage.cached_audio, usage.audio)
-    return {
-        "text_input": usage.text,
-        "image": usage.image - cached_image,
-        "audio": usage.audio - cached_audio,
-        "cached_media": cached_image + cached_audio,
-        "output": usage.completion,
-    }
+    """Billable tokens per dimension of a lease's token usage: a reservation's worst case, or what it used."""
+    return billable(
+        text=usage.text,
+        image=usage.image,
+        audio=usage.audio,
+        cached_image=usage.cached_image,
+        cached_audio=usage.cached_audio,
+        output=usage.completion,
+    )
 
 
 def _cost_counter(month: str) -> str:
@@ -137,21 +135,13 @@ class TenantPolicy:
         return await self.gate.reserve(self.principal, model, worst)
 
 
-class _ListPrices:
-    """The list prices, for a gate without a price book (tests and tools without a database of prices)."""
-
-    def cost_of(self, model: str, amounts: dict[str, int], *, round_up: bool = False) -> int:
-        total = sum(n * DEFAULT_PRICES[d] for d, n in amounts.items())
-        return -(-total // 1_000_000) if round_up else total // 1_000_000
-
-
 class QuotaGate:
     def __init__(
         self, limiter: RateLimiter, db: Engine, *, prices: PriceBook | None = None, budget_cache_s: float = 5.0
     ) -> None:
         self._limiter = limiter
         self._db = db
-        self._prices: PriceBook | _ListPrices = prices or _ListPrices()
+        self._prices = prices or PriceBook(db)  # queried only when a spending budget is set
         self._budget_cache_s = budget_cache_s
         self._month: dict[str, tuple[float, int, int]] = {}  # tenant -> (valid until, tokens, cost micros)
 
