@@ -30,7 +30,8 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
 REQUESTS = 20
 HEALTH_BUDGET_MS = 50.0
 
-# Polls /health until told to stop on stdin (or for 120 s at most) and prints each answer's latency in ms.
+# Polls /health until told to stop on stdin (or for 120 s at most): says "ready" after its first answer, then
+# prints each answer's latency in ms.
 _POLLER = """
 import json, sys, threading, time, httpx
 url, stop = sys.argv[1], threading.Event()
@@ -41,6 +42,8 @@ with httpx.Client(timeout=10) as c:
         t = time.perf_counter()
         c.get(url).raise_for_status()
         out.append((time.perf_counter() - t) * 1000)
+        if len(out) == 1:
+            print("ready", flush=True)
         time.sleep(0.01)
 print(json.dumps(out))
 """
@@ -122,7 +125,9 @@ def test_health_answers_while_large_media_requests_arrive(server):
         stdout=subprocess.PIPE,
         text=True,
     )
-    time.sleep(0.5)  # the poller's first answers are its own start-up, not the burst
+    # The burst starts once the poller answers (its own start-up took most of a fixed pause on a busy machine).
+    assert poller.stdout is not None
+    assert poller.stdout.readline().strip() == "ready", "the /health poller never got an answer"
     statuses: list[int] = []
 
     def send(body: bytes) -> None:
@@ -137,9 +142,9 @@ def test_health_answers_while_large_media_requests_arrive(server):
     for t in senders:
         t.join(timeout=120)
     burst_s = time.monotonic() - started
-    # Refused before their bodies are read, the burst can be over in a few hundred ms: poll for a second at least,
-    # so the figures rest on enough answers.
-    time.sleep(max(0.0, 1.0 - burst_s))
+    # Refused before their bodies are read, the burst can be over in a few hundred ms: poll for two seconds at
+    # least, so the figures rest on enough answers.
+    time.sleep(max(0.0, 2.0 - burst_s))
     out, _ = poller.communicate("stop", timeout=30)
     latencies = json.loads(out)
     holder_alive = holder.is_alive()
