@@ -119,13 +119,14 @@ def train_demo(args: argparse.Namespace) -> None:
 
     settings = Settings()
     work = args.work_dir or settings.data_dir / "train"
-    pairs = (
+    pairs: tuple[tuple[str, Any], ...] = (
         ("steps", args.steps),
         ("batch", args.batch),
         ("vision_steps", args.vision_steps),
         ("audio_steps", args.audio_steps),
+        ("init", str(args.init) if args.init else None),
     )
-    overrides = {k: v for k, v in pairs if v is not None}
+    overrides: dict[str, Any] = {k: v for k, v in pairs if v is not None}
     config = dataclasses.replace(TrainConfig(pool=args.pool), **overrides)
     base = build_demo_checkpoints(work / "base", [args.pool], grounded=False)[args.pool]
     trainer = Trainer(base, work / args.pool, config, progress=lambda line: print(line, flush=True))
@@ -202,6 +203,9 @@ def _models_parser(sub: Any) -> None:
     train.add_argument("--batch", type=int, default=None, help="Items per joint step (default: the recipe's).")
     train.add_argument("--work-dir", type=Path, help="Base checkpoint and resumable state (default .tessera/train).")
     train.add_argument("--out", type=Path, help="Where the trained weights go (default: serving/demo_weights).")
+    train.add_argument(
+        "--init", type=Path, help="Start from an earlier run's <pool>-grounding.safetensors, not from nothing."
+    )
     train.add_argument("--eval-items", type=int, default=60, help="Held-out items per mix to check at the end.")
 
 

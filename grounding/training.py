@@ -1,27 +1,30 @@
 """`tessera models train-demo`: teach a demo pool's towers to see and hear the synthetic world of grounding.world.
 
 Everything trains on the pool's own Qwen2.5-Omni thinker (the checkpoint `build-demo` made), so what vLLM serves is
-what trained. The towers are taught to speak the text model's language: their output tokens are pulled towards the
+what trained. The towers are taught to speak the text model's language: their output tokens are pulled onto the
 text model's own input embeddings of the words that describe what they see and hear, so the text model reads an
 image or a clip almost as it reads words, and a small adapter is enough to answer from them. Three stages run on one
 step counter:
 1. *vision* (`vision_steps`, towers only, no text model): the vision tower and merger from their seeded random
-   start. For each shape, the merged token whose cell holds its centre is classified, through the text model's
-   fixed word embeddings, as its colour, kind, size and position; every other token is pulled towards zero. Two
-   auxiliary heads read every token: the label head (which shape and colour covers the cell, or none; it is
-   kept, since the grounding scorer reads it as the tower's detected content) and a coordinate head (the cell's
-   place in the image; training only), which teaches the tower where each token lies in the image.
-2. *audio* (`audio_steps`, towers only): the audio tower (Whisper tiny.en's encoder, transplanted by
-   `build-demo`) trains its top `audio_train_layers` layers, `ln_post` and its projection with CTC whose classes
-   are the text model's fixed embeddings of the world's words (and of "beep", "silence" and "noise" for the
-   non-speech clips), so each spoken word comes out as a token near that word's embedding.
+   start. Each shape's centre token (the merged token whose cell holds its centre) regresses onto the embeddings of
+   its colour, kind, size and position words (summed and halved: `WordTargets.shape_vector`); every other token
+   regresses onto zero. Two auxiliary heads read every token: the label head (which shape and colour covers the
+   cell, or none; it is kept, since the grounding scorer reads it as the tower's detected content) and a coordinate
+   head (the cell's place in the image; training only), which teaches the tower where each token lies in the image.
+2. *audio* (`audio_steps`, towers only): the audio tower (Whisper tiny.en's encoder, transplanted by `build-demo`)
+   trains its top `audio_train_layers` layers, `ln_post` and its projection with CTC over the world's words (and
+   "beep", "silence" and "noise" for the non-speech clips) through a CTC head on its tokens, while every token
+   regresses onto what the best CTC path through the true words puts on its frame: that word's embedding, in the
+   form answers write it (" Monday", " Emma", " seven"), or zero between words. A clip then reaches the text model
+   as its words, spaced out by empty tokens, rather than as blends the adapter must learn to untangle.
 3. *joint* (`steps`): LoRA on every text layer's attention projections (`lora_targets`) learns to answer
-   questions from those tokens, on image, audio and image+audio items, while the vision merger and the audio
-   projection keep training under both the answer loss and their stage losses. Each step also carries
-   `text_items` text-only turns answered as the untouched text model answered them (grounding.text_keep), so the
-   adapter leaves plain chat as it found it.
-The text model's own weights stay frozen; `build-demo` merges the LoRA into them. Matrix products run under
-bfloat16 autocast (`bf16`), which these CPUs do about twice as fast; the weights and the optimizer stay float32.
+   questions from those tokens, on image, audio and image+audio items (one mix per step, the mixes taking turns),
+   while the vision merger and the audio projection keep training under both the answer loss and their stage
+   losses. Each step also carries `text_items` text-only turns answered as the untouched text model answered them
+   (grounding.text_keep), so the adapter leaves plain chat as it found it.
+The text model's own weights stay frozen; `build-demo` merges the LoRA into them. Where the CPU multiplies bfloat16
+natively, matrix products run under bfloat16 autocast (`bf16`), about twice as fast; the weights and the optimizer
+stay float32. `init` starts from an earlier run's exported weights instead of from nothing.
 
 Training is seeded and deterministic on one machine: stages 1 and 2 draw scenes and clips from a generator seeded
 by (seed, stage, step), stage 3 draws items from `grounding.golden.training_items`, never from the held-out seeds,
@@ -63,35 +66,51 @@ MANIFEST_NAME = "{pool}-grounding.json"
 
 
 STAGES = ("vision", "audio", "joint")
-# What each image answer may say about a shape, in the order the tied classifiers read it.
+# What each image answer may say about a shape, and what a shape's centre token carries.
 ATTRIBUTES = {"colour": COLOURS, "kind": SHAPES, "size": SIZES, "position": POSITIONS}
 JOINT_MIX = ("image", "audio", "image+audio", "image", "audio", "image+audio", "image", "audio")
+
+
+def native_bf16() -> bool:
+    """Whether this CPU multiplies bfloat16 matrices natively (AVX512-BF16 or AMX)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 @dataclass(frozen=True)
 class TrainConfig:
     pool: str = "large"
-    vision_steps: int = 1400
+    vision_steps: int = 1200
     vision_batch: int = 16
-    audio_steps: int = 700
+    audio_steps: int = 600
     audio_batch: int = 16
     audio_train_layers: int = 3
-    steps: int = 900  # joint
+    steps: int = 700  # joint
     batch: int = 8  # media items per joint step
     text_items: int = 1  # text-only items per joint step, answered as the untouched text model answers them
     lr: float = 1e-3
     lora_rank: int = 16
     lora_alpha: float = 32.0
     lora_targets: tuple[str, ...] = ("q_proj", "v_proj", "o_proj")
-    bf16: bool = True  # matrix products under bfloat16 autocast (about twice as fast here); weights stay float32
+    # matrix products under bfloat16 autocast where the CPU does bfloat16 natively (about twice as fast); the
+    # weights stay float32. Elsewhere bfloat16 is emulated and a hundred times slower, so it is off.
+    bf16: bool = dataclasses.field(default_factory=native_bf16)
     warmup_steps: int = 30
     enlarge_share: float = 0.25  # of vision-stage scenes: one large shape drawn bigger than the world's
-    tied_temperature: float = 10.0
+    centre_weight: float = 4.0  # of a shape's centre token's distance from its words' embeddings
+    empty_weight: float = 4.0  # of the other image tokens' distance from zero
+    token_weight: float = 4.0  # of each audio token's distance from its frame's word (or zero), beside CTC
     coordinate_weight: float = 10.0
-    stage_loss_weight: float = 0.5  # of the vision and audio stage losses during the joint stage
+    stage_loss_weight: float = 1.0  # of the vision and audio stage losses during the joint stage
     threads: int = 2
     seed: int = TRAIN_SEED
     checkpoint_every: int = 50
+    # Trained weights (a `<pool>-grounding.safetensors` of an earlier run) to start from instead of the seeded
+    # random towers and a zero adapter; empty: train from nothing.
+    init: str = ""
 
     @property
     def total_steps(self) -> int:
@@ -157,28 +176,93 @@ def _rng(config: TrainConfig, stage: str, step: int) -> np.random.Generator:
     return np.random.default_rng([config.seed, STAGES.index(stage), step])
 
 
-class _Targets:
-    """The text model's own input embeddings of the world's words, unit length, as fixed classifiers."""
+class WordTargets:
+    """What the towers' tokens are pulled towards: the text model's own input embeddings of the world's words.
+
+    `attribute_vectors` hold each attribute's words (`ATTRIBUTES`) in order; `shape_vector` is the token a shape's
+    centre should carry (its colour, kind, size and position words' embeddings, summed and halved, so about as long
+    as one word's); `word_vectors` row i + 1 is the embedding of CTC class i + 1 as the text model reads that word
+    (row 0, CTC's blank, is zero: frames between words carry nothing)."""
 
     def __init__(self, thinker: Any, tokenizer: Any) -> None:
         import torch
 
-        table = thinker.model.embed_tokens.weight.detach()
+        table = thinker.model.embed_tokens.weight.detach().float()
 
-        def unit(word: str) -> Any:
-            ids = tokenizer(" " + word, add_special_tokens=False)["input_ids"]
-            vector = table[ids].mean(0)
-            return vector / vector.norm()
+        def pieces(form: str) -> list[int]:
+            return list(tokenizer(form, add_special_tokens=False)["input_ids"])
 
-        self.attributes = {k: torch.stack([unit(w) for w in words]) for k, words in ATTRIBUTES.items()}
+        def vector(word: str) -> Any:
+            return table[pieces(" " + word)].mean(0)
+
+        def spoken(word: str) -> Any:
+            # the form with the fewest pieces; on a tie, names and days capitalised (as answers write them)
+            lower, upper = " " + word, " " + word.capitalize()
+            forms = [upper, lower] if word in _CAPITALISED else [lower, upper]
+            return table[min((pieces(f) for f in forms), key=len)].mean(0)
+
+        self.attribute_vectors = {k: torch.stack([vector(w) for w in words]) for k, words in ATTRIBUTES.items()}
         self.vocabulary = ctc_vocabulary()
         self.index = {w: i + 1 for i, w in enumerate(self.vocabulary)}  # 0 is CTC's blank
-        self.words = torch.stack([unit(w) for w in self.vocabulary])
+        self.word_vectors = torch.cat([table.new_zeros(1, table.shape[1])] + [spoken(w)[None] for w in self.vocabulary])
         self.norm = float(table.norm(dim=-1).mean())
+
+    def shape_vector(self, shape: Shape) -> Any:
+        return (
+            sum(self.attribute_vectors[name][words.index(getattr(shape, name))] for name, words in ATTRIBUTES.items())
+            / 2
+        )
+
+
+def _capitalised() -> frozenset[str]:
+    from grounding.speech import NAMES, WEEKDAYS
+
+    return frozenset(w.lower() for w in (*NAMES, *WEEKDAYS))
+
+
+_CAPITALISED = _capitalised()
+
+
+def ctc_alignment(log_probs: Any, wanted: list[int]) -> list[int]:
+    """The most likely CTC path (Viterbi) through `log_probs` ([T, C], class 0 the blank) that spells `wanted`:
+    each frame's class, 0 where the path is on a blank. A path that cannot fit (too few frames) is all blank."""
+    lp = np.asarray(log_probs, dtype=np.float64)
+    frames = lp.shape[0]
+    states = [0]
+    for k in wanted:
+        states += [k, 0]
+    n = len(states)
+    labels = np.array(states)
+    # a label state may be entered from two states back when it differs from that state's label
+    skip = np.zeros(n, dtype=bool)
+    for s in range(2, n):
+        skip[s] = labels[s] != 0 and labels[s] != labels[s - 2]
+    score = np.full(n, -np.inf)
+    score[0] = lp[0, labels[0]]
+    if n > 1:
+        score[1] = lp[0, labels[1]]
+    back = np.zeros((frames, n), dtype=np.int64)
+    for t in range(1, frames):
+        stay = score
+        step = np.concatenate([[-np.inf], score[:-1]])
+        jump = np.where(skip, np.concatenate([[-np.inf, -np.inf], score[:-2]]), -np.inf)
+        best = np.maximum(np.maximum(stay, step), jump)
+        back[t] = np.where(best == stay, 0, np.where(best == step, 1, 2))
+        score = best + lp[t, labels]
+    ends = [n - 1, n - 2] if n > 1 else [0]
+    end = max(ends, key=lambda s: score[s])
+    if not np.isfinite(score[end]):
+        return [0] * frames
+    path = [0] * frames
+    s = end
+    for t in range(frames - 1, -1, -1):
+        path[t] = int(labels[s])
+        s -= int(back[t, s])
+    return path
 
 
 def image_stage_loss(
-    out: Any, scenes: list[Scene], grid_thw: Any, targets: _Targets, heads: dict[str, Any], config: TrainConfig
+    out: Any, scenes: list[Scene], grid_thw: Any, targets: WordTargets, heads: dict[str, Any], config: TrainConfig
 ) -> tuple[Any, dict[str, float]]:
     """The vision stage's loss on merged image tokens `out` (all images' tokens in order)."""
     import torch
@@ -195,18 +279,25 @@ def image_stage_loss(
         coords.append(torch.from_numpy(cell_coordinates(rows, cols)))
         offset += rows * cols
     index = torch.tensor(centres)
-    chosen = out[index]
-    unit = chosen / chosen.norm(dim=-1, keepdim=True).clamp_min(1e-6)
+    chosen = out[index].detach().float()
+    carried = torch.stack([targets.shape_vector(s) for s in shapes])
     stats: dict[str, float] = {}
-    total = out.new_zeros(())
     for name, words in ATTRIBUTES.items():
+        # read as the option whose words, put in place of the true one, come nearest the token
         truth = torch.tensor([words.index(getattr(s, name)) for s in shapes])
-        logits = config.tied_temperature * unit @ targets.attributes[name].T
-        total = total + cross_entropy(logits, truth)
-        stats[f"{name} accuracy"] = float((logits.argmax(-1) == truth).float().mean())
+        vectors = targets.attribute_vectors[name]
+        options = carried[:, None] + (vectors[None] - vectors[truth][:, None]) / 2
+        read = (options - chosen[:, None]).norm(dim=-1).argmin(-1)
+        stats[f"{name} accuracy"] = float((read == truth).float().mean())
+    # Every token regresses onto what it should carry: a shape's centre its words, every other token nothing.
+    wanted = out.new_zeros(out.shape)
+    wanted[index] = carried.to(out.dtype)
+    error = ((out.float() - wanted.float()) ** 2).sum(-1) / targets.norm**2
     rest = torch.ones(out.shape[0], dtype=torch.bool)
     rest[index] = False
-    total = total + (out[rest] ** 2).sum(-1).mean() / targets.norm**2
+    total = config.centre_weight * error[index].mean() + config.empty_weight * error[rest].mean()
+    stats["centre error"] = float(error[index].mean().detach())
+    stats["empty error"] = float(error[rest].mean().detach())
     label_logits = heads["label"](out)
     cell_truth = torch.cat(labels)
     total = total + cross_entropy(label_logits, cell_truth)
@@ -217,28 +308,38 @@ def image_stage_loss(
 
 
 def audio_stage_loss(
-    out: Any, token_lens: Any, clips: list[Any], targets: _Targets, heads: dict[str, Any]
+    out: Any, token_lens: Any, clips: list[Any], targets: WordTargets, heads: dict[str, Any], config: TrainConfig
 ) -> tuple[Any, dict[str, float]]:
-    """CTC over the world's words, whose classes are the text model's embeddings of them, on audio tokens `out`."""
+    """CTC over the world's words through a CTC head on the audio tokens `out`, and every token pulled onto what
+    the CTC path through the true words puts on its frame: that word's embedding, or nothing between words."""
     import torch
     from torch.nn.functional import ctc_loss, log_softmax
 
     pieces = out.split(token_lens.tolist())
-    blank = heads["blank"]
-    log_probs = torch.nn.utils.rnn.pad_sequence(
-        [log_softmax(torch.cat([blank.expand(len(p), 1), p @ targets.words.T], -1), dim=-1) for p in pieces]
-    )  # [T, N, C]
-    wanted = [torch.tensor([targets.index[w] for w in clip_words(c)], dtype=torch.long) for c in clips]
+    per_clip = [log_softmax(heads["ctc"](p).float(), dim=-1) for p in pieces]
+    log_probs = torch.nn.utils.rnn.pad_sequence(per_clip)  # [T, N, C]
+    wanted = [[targets.index[w] for w in clip_words(c)] for c in clips]
     loss = ctc_loss(
-        log_probs, torch.cat(wanted), token_lens, torch.tensor([len(t) for t in wanted]), zero_infinity=True
+        log_probs,
+        torch.tensor([k for w in wanted for k in w], dtype=torch.long),
+        token_lens,
+        torch.tensor([len(w) for w in wanted]),
+        zero_infinity=True,
     )
-    with torch.no_grad():
-        right = 0
-        for n, truth in enumerate(wanted):
-            best = log_probs[: int(token_lens[n]), n].argmax(-1).tolist()
-            said = [k for i, k in enumerate(best) if k != 0 and (i == 0 or best[i - 1] != k)]
-            right += said == truth.tolist()
-    return loss, {"ctc loss": float(loss.item()), "clip accuracy": right / len(clips)}
+    frames = torch.tensor(
+        [k for lp, w in zip(per_clip, wanted, strict=True) for k in ctc_alignment(lp.detach().numpy(), w)]
+    )
+    error = ((out.float() - targets.word_vectors[frames].to(out.device)) ** 2).sum(-1) / targets.norm**2
+    spoken = frames != 0
+    token_loss = error[spoken].mean() if bool(spoken.any()) else error.new_zeros(())
+    token_loss = token_loss + error[~spoken].mean()
+    right = 0
+    for lp, truth in zip(per_clip, wanted, strict=True):
+        best = lp.argmax(-1).tolist()
+        said = [k for i, k in enumerate(best) if k != 0 and (i == 0 or best[i - 1] != k)]
+        right += said == truth
+    stats = {"ctc loss": float(loss.item()), "token error": float(token_loss.item())}
+    return loss + config.token_weight * token_loss, {**stats, "clip accuracy": right / len(clips)}
 
 
 def _lr(step: int, config: TrainConfig, steps: int) -> float:
@@ -375,11 +476,14 @@ class Trainer:
         self.heads: dict[str, Any] = {
             "label": torch.nn.Linear(hidden, LABELS),
             "coordinates": torch.nn.Linear(hidden, 2),
-            "blank": torch.nn.Parameter(torch.zeros(1)),
+            "ctc": torch.nn.Linear(hidden, 1 + len(ctc_vocabulary())),
         }
-        self.targets = _Targets(self.thinker, self.processor.tokenizer)
+        self.targets = WordTargets(self.thinker, self.processor.tokenizer)
         self.step = 0
         self.history: list[dict[str, float]] = []
+        self.init_sha256: str | None = None
+        if config.init:
+            self._start_from(Path(config.init))
         self._configure(config.stage(0))
         # Made before any checkpoint is loaded: the adapter's update is still zero, so these are the text
         # model's own answers (and a resumed run reads the ones its first run wrote).
@@ -393,9 +497,8 @@ class Trainer:
         self.items: dict[str, Iterator[GoldenItem]] = {
             mix: training_items(config.seed + 1, mixes=(mix,)) for mix in set(JOINT_MIX)
         }
-        self.drawn = 0  # joint-stage items drawn
-        for _ in range(max(0, self.step - config.stage_span("joint")[0]) * config.batch):
-            self._joint_item()
+        for done in range(config.stage_span("joint")[0], max(self.step, config.stage_span("joint")[0])):
+            self._joint_items(done)  # a resumed run draws on from where its first run stopped
 
     # -- what trains in each stage -------------------------------------------------------------------------------
 
@@ -411,11 +514,11 @@ class Trainer:
         }
 
     def _stage_parameters(self, stage: str) -> list[Any]:
-        label, coordinates, blank = self.heads["label"], self.heads["coordinates"], self.heads["blank"]
+        label, coordinates, ctc = self.heads["label"], self.heads["coordinates"], self.heads["ctc"]
         if stage == "vision":
             return [*self.thinker.visual.parameters(), *label.parameters(), *coordinates.parameters()]
         if stage == "audio":
-            return [*self.audio_trainable().values(), blank]
+            return [*self.audio_trainable().values(), *ctc.parameters()]
         audio_tail = [p for k, p in self.audio_trainable().items() if ".ln_post." in k or ".proj." in k]
         return [
             *self.lora.values(),
@@ -423,7 +526,7 @@ class Trainer:
             *audio_tail,
             *label.parameters(),
             *coordinates.parameters(),
-            blank,
+            *ctc.parameters(),
         ]
 
     def _configure(self, stage: str) -> None:
@@ -436,7 +539,7 @@ class Trainer:
             *self.lora.values(),
             *self.heads["label"].parameters(),
             *self.heads["coordinates"].parameters(),
-            self.heads["blank"],
+            *self.heads["ctc"].parameters(),
         ]
         for p in everything:
             p.requires_grad_(False)
@@ -444,6 +547,44 @@ class Trainer:
         for p in self.trainable:
             p.requires_grad_(True)
         self.optimizer = torch.optim.AdamW(self.trainable, lr=self.config.lr, weight_decay=0.0)
+
+    def _start_from(self, path: Path) -> None:
+        """Loads an earlier run's exported weights: the vision tower, the audio tower's trained part, the adapter and
+        the label head (the heads used only in training start afresh)."""
+        import torch
+        from safetensors.torch import load_file
+
+        self.init_sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
+        tensors = load_file(str(path))
+        visual = {k.removeprefix("thinker.visual."): v for k, v in tensors.items() if k.startswith("thinker.visual.")}
+        self.thinker.visual.load_state_dict(visual)
+        audio, lora = self.audio_trainable(), self.lora
+        label = {k.removeprefix("label_head."): v for k, v in tensors.items() if k.startswith("label_head.")}
+        missing = [k for k in (*audio, *lora) if k not in tensors]
+        if missing:
+            raise RuntimeError(f"{path} lacks {missing[:3]}: made with other settings")
+        with torch.no_grad():
+            for k, p in (*audio.items(), *lora.items()):
+                p.copy_(tensors[k])
+        self.heads["label"].load_state_dict(label)
+        self._fit_audio_length()
+        self.progress(f"starting from {path}")
+
+    def _fit_audio_length(self) -> None:
+        """Scales the audio projection so its tokens are, on average, as long as the text model's word embeddings
+        (weights trained under another recipe may speak far louder than a word)."""
+        import torch
+
+        from grounding.speech import sample_clip
+
+        rng = _rng(self.config, "audio", 10**9)  # a step no stage reaches
+        with torch.no_grad():
+            out, _ = self._audio_tokens(self._audio_inputs([sample_clip(rng) for _ in range(8)]))
+            factor = self.targets.norm / float(out.norm(dim=-1).mean())
+            proj = self.thinker.audio_tower.proj
+            proj.weight.mul_(factor)
+            proj.bias.mul_(factor)
+        self.progress(f"  audio tokens scaled by {factor:.3f} to word length")
 
     # -- checkpoints ---------------------------------------------------------------------------------------------
 
@@ -456,7 +597,7 @@ class Trainer:
             "lora": {k: v.detach() for k, v in self.lora.items()},
             "label": self.heads["label"].state_dict(),
             "coordinates": self.heads["coordinates"].state_dict(),
-            "blank": self.heads["blank"].detach(),
+            "ctc": self.heads["ctc"].state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "history": self.history,
             "config": asdict(self.config),
@@ -486,9 +627,9 @@ class Trainer:
             audio = self.audio_trainable()
             for k, v in state["audio"].items():
                 audio[k].copy_(v)
-            self.heads["blank"].copy_(state["blank"])
         self.heads["label"].load_state_dict(state["label"])
         self.heads["coordinates"].load_state_dict(state["coordinates"])
+        self.heads["ctc"].load_state_dict(state["ctc"])
         self._configure(state["stage"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.step = int(state["step"])
@@ -498,10 +639,11 @@ class Trainer:
 
     # -- batches -------------------------------------------------------------------------------------------------
 
-    def _joint_item(self) -> GoldenItem:
-        mix = JOINT_MIX[self.drawn % len(JOINT_MIX)]
-        self.drawn += 1
-        return next(self.items[mix])
+    def _joint_items(self, step: int) -> list[GoldenItem]:
+        """Step `step`'s media items, all of one mix (the mixes take turns, step by step), so a batch holds prompts
+        of about one length and little padding."""
+        mix = self.items[JOINT_MIX[step % len(JOINT_MIX)]]
+        return [next(mix) for _ in range(self.config.batch)]
 
     def _audio_inputs(self, clips: list[Any]) -> dict[str, Any]:
         with _full_precision():
@@ -559,20 +701,25 @@ class Trainer:
         rng = _rng(self.config, "audio", self.step)
         clips = [sample_clip(rng) for _ in range(self.config.audio_batch)]
         out, token_lens = self._audio_tokens(self._audio_inputs(clips))
-        return audio_stage_loss(out, token_lens, clips, self.targets, self.heads)
+        return audio_stage_loss(out, token_lens, clips, self.targets, self.heads, self.config)
 
     def joint_loss(self) -> tuple[Any, dict[str, float]]:
-        from torch.nn.functional import cross_entropy
-
         thinker = self.thinker
-        items = [self._joint_item() for _ in range(self.config.batch)]
+        items = self._joint_items(self.step)
         first_text = self.step * self.config.text_items
-        items += [self.text_items[(first_text + k) % len(self.text_items)] for k in range(self.config.text_items)]
+        text = [self.text_items[(first_text + k) % len(self.text_items)] for k in range(self.config.text_items)]
         batch = self.encode(items)
         input_ids = batch["input_ids"]
         embeds = thinker.model.embed_tokens(input_ids)
         total = embeds.new_zeros(())
         stats: dict[str, float] = {}
+        if text:
+            # Text turns run as their own short batch rather than padded to the media prompts' length; the answer
+            # losses are weighted by how many turns each batch holds.
+            text_batch = self.encode(text)
+            text_loss = self._answer_loss(text_batch, thinker.model.embed_tokens(text_batch["input_ids"]))
+            total = total + len(text) / (len(text) + len(items)) * text_loss
+            stats["text loss"] = float(text_loss.item())
         weight = self.config.stage_loss_weight
         if "pixel_values" in batch:
             image_embeds = thinker.visual(batch["pixel_values"], grid_thw=batch["image_grid_thw"]).pooler_output
@@ -591,20 +738,28 @@ class Trainer:
             mask = (input_ids == thinker.config.audio_token_id).unsqueeze(-1)
             embeds = embeds.masked_scatter(mask, audio_embeds.to(embeds.dtype))
             clips = [item.clip for item in items if item.clip is not None]
-            loss, audio_stats = audio_stage_loss(audio_embeds, token_lens, clips, self.targets, self.heads)
+            loss, audio_stats = audio_stage_loss(audio_embeds, token_lens, clips, self.targets, self.heads, self.config)
             total = total + weight * loss
             stats["clip accuracy"] = audio_stats["clip accuracy"]
-        position_ids, _ = thinker.get_rope_index(
+        lm_loss = self._answer_loss(batch, embeds, audio_lens)
+        total = total + len(items) / (len(text) + len(items)) * lm_loss
+        return total, {"answer loss": float(lm_loss.item()), **stats}
+
+    def _answer_loss(self, batch: dict[str, Any], embeds: Any, audio_lens: Any = None) -> Any:
+        """Cross-entropy of the answers in `batch` (prompts embedded as `embeds`)."""
+        from torch.nn.functional import cross_entropy
+
+        input_ids = batch["input_ids"]
+        position_ids, _ = self.thinker.get_rope_index(
             input_ids, batch.get("image_grid_thw"), None, batch["attention_mask"], False, audio_lens
         )
-        hidden = thinker.model(
+        hidden = self.thinker.model(
             inputs_embeds=embeds, attention_mask=batch["attention_mask"], position_ids=position_ids
         ).last_hidden_state
         targets = batch["labels"][:, 1:]
         where = targets != -100
         # Only answer positions go through lm_head: the next token after each of them is a label.
-        lm_loss = cross_entropy(thinker.lm_head(hidden[:, :-1][where]), targets[where])
-        return total + lm_loss, {"answer loss": float(lm_loss.item()), **stats}
+        return cross_entropy(self.thinker.lm_head(hidden[:, :-1][where]), targets[where])
 
     def train(self) -> None:
         import torch
@@ -697,13 +852,18 @@ class Trainer:
             return float(np.mean(values[-50:])) if values else None
 
         keys = {
-            "vision": ["loss", *(f"{name} accuracy" for name in ATTRIBUTES), "cell accuracy"],
-            "audio": ["ctc loss", "clip accuracy"],
-            "joint": ["answer loss", "cell accuracy", "clip accuracy"],
+            "vision": [
+                "loss",
+                *(f"{name} accuracy" for name in ATTRIBUTES),
+                *("centre error", "empty error", "cell accuracy"),
+            ],
+            "audio": ["ctc loss", "token error", "clip accuracy"],
+            "joint": ["answer loss", "text loss", "cell accuracy", "clip accuracy"],
         }
         manifest = {
             "config": asdict(self.config),
             "weights_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+            "started_from_sha256": self.init_sha256,
             "final": self.history[-1] if self.history else None,
             "last_50": {stage: {k: mean_of(k, stage) for k in names} for stage, names in keys.items()},
         }

@@ -11,11 +11,13 @@ from grounding.training import (
     ATTRIBUTES,
     LABELS,
     TrainConfig,
+    WordTargets,
     audio_stage_loss,
     cell_coordinates,
     cell_labels,
     centre_cell,
     clip_words,
+    ctc_alignment,
     ctc_vocabulary,
     describe_label,
     image_stage_loss,
@@ -109,58 +111,85 @@ def test_clips_are_spelt_in_the_ctc_vocabulary():
 class _Words:
     """A stand-in for the text model's word embeddings: word i is the i-th unit vector."""
 
+    shape_vector = WordTargets.shape_vector
+
     def __init__(self) -> None:
         self.norm = 1.0
         basis = torch.eye(64)
         at = 0
-        self.attributes = {}
+        self.attribute_vectors = {}
         for name, words in ATTRIBUTES.items():
-            self.attributes[name] = basis[at : at + len(words)]
+            self.attribute_vectors[name] = basis[at : at + len(words)]
             at += len(words)
         self.vocabulary = ctc_vocabulary()
         self.index = {w: i + 1 for i, w in enumerate(self.vocabulary)}
-        self.words = torch.eye(len(self.vocabulary), 64)
+        self.word_vectors = torch.cat([torch.zeros(1, 64), torch.eye(len(self.vocabulary), 64)])
 
 
 def _heads() -> dict:
     torch.manual_seed(0)
-    return {"label": torch.nn.Linear(64, LABELS), "coordinates": torch.nn.Linear(64, 2), "blank": torch.zeros(1)}
+    return {"label": torch.nn.Linear(64, LABELS), "coordinates": torch.nn.Linear(64, 2)}
 
 
-def test_the_vision_loss_is_lowest_when_the_centre_token_reads_as_its_words():
+def test_the_vision_loss_is_lowest_when_the_centre_token_carries_its_words():
     scene = _scene()
     words = _Words()
     grid = torch.tensor([[1, 8, 16]])  # 4 x 8 merged cells
     right = torch.zeros(32, 64)
     for shape in scene.shapes:
-        cell = centre_cell(scene, shape, 4, 8)
-        for name, options in ATTRIBUTES.items():
-            right[cell] += words.attributes[name][options.index(getattr(shape, name))]
+        right[centre_cell(scene, shape, 4, 8)] = words.shape_vector(shape)
     wrong = right.clone()
     wrong[centre_cell(scene, scene.shapes[0], 4, 8)] = right[centre_cell(scene, scene.shapes[1], 4, 8)]
     config = TrainConfig()
     loss_right, stats = image_stage_loss(right, [scene], grid, words, _heads(), config)
     loss_wrong, stats_wrong = image_stage_loss(wrong, [scene], grid, words, _heads(), config)
     assert stats["colour accuracy"] == stats["position accuracy"] == 1.0
+    assert stats["centre error"] == stats["empty error"] == 0.0
     assert stats_wrong["colour accuracy"] == 0.5
     assert float(loss_right) < float(loss_wrong)
     noisy = right.clone()
-    noisy[0] += 1.0  # an empty cell that is not near zero costs
+    noisy[0] += 1.0  # an empty cell that is not zero costs
     assert float(image_stage_loss(noisy, [scene], grid, words, _heads(), config)[0]) > float(loss_right)
 
 
-def test_the_audio_loss_reads_the_words_greedily_off_the_tokens():
+def test_the_ctc_path_spells_the_words_with_blanks_between():
+    # 6 frames, classes 0 (blank), 1, 2: the frames favour 1 at t=1 and 2 at t=4
+    probs = torch.full((6, 3), 0.1)
+    probs[:, 0] = 0.8
+    probs[1] = torch.tensor([0.1, 0.8, 0.1])
+    probs[4] = torch.tensor([0.1, 0.1, 0.8])
+    path = ctc_alignment(probs.log().numpy(), [1, 2])
+    assert path == [0, 1, 0, 0, 2, 0]
+    # the same word twice needs a blank between; the path still spells both
+    twice = ctc_alignment(probs.log().numpy(), [1, 1])
+    assert [k for i, k in enumerate(twice) if k and (i == 0 or twice[i - 1] != k)] == [1, 1]
+    assert ctc_alignment(probs[:2].log().numpy(), [1, 1, 1]) == [0, 0]  # cannot fit: all blank
+
+
+def _reader(words: _Words) -> torch.nn.Linear:
+    """A CTC head that reads word i off its unit vector, and the blank off a token near zero."""
+    head = torch.nn.Linear(64, 1 + len(words.vocabulary))
+    with torch.no_grad():
+        head.weight.copy_(10 * words.word_vectors)
+        head.bias.zero_()
+        head.bias[0] = 0.5
+    return head
+
+
+def test_the_audio_loss_reads_the_words_off_the_tokens_and_pulls_them_onto_the_words():
     words = _Words()
     clip = Clip("call", {"name": "Emma"})
     spoken = clip_words(clip)  # please, call, emma
-    tokens = torch.full((8, 64), 0.0)
+    tokens = torch.zeros(8, 64)
     for i, word in enumerate(spoken):
-        tokens[2 * i + 1] = 20 * words.words[words.index[word] - 1]
-    loss, stats = audio_stage_loss(tokens, torch.tensor([8]), [clip], words, {"blank": torch.tensor([5.0])})
+        tokens[2 * i + 1] = words.word_vectors[words.index[word]]
+    heads = {"ctc": _reader(words)}
+    config = TrainConfig()
+    loss, stats = audio_stage_loss(tokens, torch.tensor([8]), [clip], words, heads, config)
     assert stats["clip accuracy"] == 1.0
+    assert stats["token error"] == 0.0
     other = Clip("call", {"name": "Mary"})
-    loss_other, stats_other = audio_stage_loss(
-        tokens, torch.tensor([8]), [other], words, {"blank": torch.tensor([5.0])}
-    )
+    loss_other, stats_other = audio_stage_loss(tokens, torch.tensor([8]), [other], words, heads, config)
     assert stats_other["clip accuracy"] == 0.0
+    assert stats_other["token error"] > 0.0
     assert float(loss) < float(loss_other)
