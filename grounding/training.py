@@ -19,9 +19,9 @@ step counter:
    as its words, spaced out by empty tokens, rather than as blends the adapter must learn to untangle.
 3. *joint* (`steps`): LoRA on every text layer's attention projections (`lora_targets`) learns to answer
    questions from those tokens, on image, audio and image+audio items (one mix per step, the mixes taking turns),
-   while the vision merger and the audio projection keep training under both the answer loss and their stage
-   losses. Each step also carries `text_items` text-only turns answered as the untouched text model answered them
-   (grounding.text_keep), so the adapter leaves plain chat as it found it.
+   while the vision merger and the audio tower's trained layers keep training under both the answer loss and their
+   stage losses. Each step also carries `text_items` text-only turns answered as the untouched text model answered
+   them (grounding.text_keep), so the adapter leaves plain chat as it found it.
 The text model's own weights stay frozen; `build-demo` merges the LoRA into them. Where the CPU multiplies bfloat16
 natively, matrix products run under bfloat16 autocast (`bf16`), about twice as fast; the weights and the optimizer
 stay float32. `init` starts from an earlier run's exported weights instead of from nothing.
@@ -48,10 +48,12 @@ from typing import Any
 import numpy as np
 
 from grounding.answers import check_answer
+from grounding.calibration import calibrate
 from grounding.golden import GoldenItem, golden_set, training_items
 from grounding.speech import SOUNDS, render_clip
 from grounding.text_keep import own_answers
 from grounding.world import COLOURS, MAX_REACH, POSITIONS, SHAPES, SIZES, Scene, Shape, render_scene, sample_scene
+from serving.detection import LabelHead
 
 Progress = Callable[[str], None]
 
@@ -519,11 +521,11 @@ class Trainer:
             return [*self.thinker.visual.parameters(), *label.parameters(), *coordinates.parameters()]
         if stage == "audio":
             return [*self.audio_trainable().values(), *ctc.parameters()]
-        audio_tail = [p for k, p in self.audio_trainable().items() if ".ln_post." in k or ".proj." in k]
+        # the audio tower's trained layers keep learning to spell (CTC is the slowest of the stage losses)
         return [
             *self.lora.values(),
             *self.thinker.visual.merger.parameters(),
-            *audio_tail,
+            *self.audio_trainable().values(),
             *label.parameters(),
             *coordinates.parameters(),
             *ctc.parameters(),
@@ -839,12 +841,17 @@ class Trainer:
         tensors = {f"thinker.visual.{k}": v.detach().contiguous() for k, v in self.thinker.visual.state_dict().items()}
         tensors.update({k: v.detach().contiguous() for k, v in self.audio_trainable().items()})
         tensors.update({k: v.detach().contiguous() for k, v in self.lora.items()})
-        tensors.update(
-            {f"label_head.{k}": v.detach().contiguous() for k, v in self.heads["label"].state_dict().items()}
+        names = [f"{shape}:{colour}" for shape in SHAPES for colour in COLOURS]  # label i + 1, as `label_of`
+        head = self.heads["label"]
+        self.progress("calibrating the label head's 'nothing here' label on fresh scenes")
+        calibration = calibrate(
+            self.thinker, self.processor, LabelHead(head.weight.detach(), head.bias.detach(), names)
         )
+        bias = head.bias.detach().clone()
+        bias[0] -= calibration.margin
+        tensors.update({"label_head.weight": head.weight.detach().contiguous(), "label_head.bias": bias})
         out_dir.mkdir(parents=True, exist_ok=True)
         path = out_dir / WEIGHTS_NAME.format(pool=self.config.pool)
-        names = [f"{shape}:{colour}" for shape in SHAPES for colour in COLOURS]  # label i + 1, as `label_of`
         save_file(tensors, str(path), metadata={"lora_scale": str(self.config.lora_scale), "labels": json.dumps(names)})
 
         def mean_of(key: str, stage: str) -> float | None:
@@ -866,6 +873,10 @@ class Trainer:
             "started_from_sha256": self.init_sha256,
             "final": self.history[-1] if self.history else None,
             "last_50": {stage: {k: mean_of(k, stage) for k in names} for stage, names in keys.items()},
+            "label_head_calibration": {
+                "margin": calibration.margin,
+                "scenes agreeing, by margin": {str(m): round(v, 4) for m, v in calibration.agreement.items()},
+            },
         }
         (out_dir / MANIFEST_NAME.format(pool=self.config.pool)).write_text(json.dumps(manifest, indent=2) + "\n")
         return path
