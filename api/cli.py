@@ -142,6 +142,23 @@ def train_demo(args: argparse.Namespace) -> None:
         manifest.write_text(json.dumps(recorded, indent=2) + "\n")
 
 
+def calibrate_demo(args: argparse.Namespace) -> None:
+    from grounding.calibration import recalibrate
+    from grounding.training import WEIGHTS_NAME
+    from serving.demo_models import DEMO_WEIGHTS_DIR, build_demo_checkpoints
+
+    weights = DEMO_WEIGHTS_DIR / WEIGHTS_NAME.format(pool=args.pool)
+    if not weights.is_file():
+        raise SystemExit(f"error: {weights} does not exist; train the pool first (tessera models train-demo)")
+    checkpoint = build_demo_checkpoints(Settings().demo_dir(), [args.pool])[args.pool]
+    calibration = recalibrate(weights, checkpoint)
+    agreeing = calibration.agreement
+    print(
+        f"label head margin {calibration.margin}: scenes agreeing {agreeing[0.0]:.1%} -> "
+        f"{agreeing[calibration.margin]:.1%}; rewrote {weights} (build-demo rebuilds the checkpoint)"
+    )
+
+
 def _directory(settings: Settings) -> Any:
     from api.state import setup_tenancy
     from tenancy.store import open_database
@@ -207,6 +224,11 @@ def _models_parser(sub: Any) -> None:
         "--init", type=Path, help="Start from an earlier run's <pool>-grounding.safetensors, not from nothing."
     )
     train.add_argument("--eval-items", type=int, default=60, help="Held-out items per mix to check at the end.")
+    calibrate = models.add_parser(
+        "calibrate-demo",
+        help="Re-choose the label head's 'nothing here' margin of a demo pool's committed weights (no training).",
+    )
+    calibrate.add_argument("--pool", default="large", help="Which demo checkpoint (default: large).")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -242,6 +264,9 @@ def main(argv: list[str] | None = None) -> None:
     elif command == "models" and args.models_command == "train-demo":
         _configure_logging("WARNING")
         train_demo(args)
+    elif command == "models" and args.models_command == "calibrate-demo":
+        _configure_logging("WARNING")
+        calibrate_demo(args)
     elif command == "models":
         _configure_logging("INFO")
         build_demo(args)

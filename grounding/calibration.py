@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -72,3 +73,50 @@ def calibrate(thinker: Any, processor: Any, head: LabelHead, scenes: int = 200) 
             t, h, w = (int(v) for v in enc["image_grid_thw"][0].tolist())
             grids.append((t, h, w))
     return choose_margin(head, tokens, grids, [scene_facts(s) for s in drawn])
+
+
+def recalibrate(weights: Path, checkpoint: Path, scenes: int = 200) -> Calibration:
+    """Calibrates the label head stored in exported `weights` (a `<pool>-grounding.safetensors`) in place, reading
+    images with the vision tower of `checkpoint` (the demo checkpoint `build-demo` made from those weights). The
+    margin found is added to the one the manifest beside the weights records."""
+    import hashlib
+    import json
+
+    from safetensors.torch import load_file, save_file
+
+    from grounding.training import load_thinker
+
+    thinker, processor = load_thinker(checkpoint)
+    head = LabelHead.load(checkpoint)
+    if head is None:
+        raise RuntimeError(f"{checkpoint} has no label head: build it from {weights} first")
+    calibration = calibrate(thinker, processor, head, scenes)
+    tensors = load_file(str(weights))
+    if not _same(tensors["label_head.bias"], head.bias):
+        raise RuntimeError(f"{checkpoint} was not built from {weights}: rebuild it first")
+    tensors["label_head.bias"] = tensors["label_head.bias"].clone()
+    tensors["label_head.bias"][0] -= calibration.margin
+    save_file(tensors, str(weights), metadata=_metadata(weights))
+    manifest_path = weights.with_suffix(".json")
+    manifest = json.loads(manifest_path.read_text())
+    before = float(manifest.get("label_head_calibration", {}).get("margin", 0.0))
+    manifest["weights_sha256"] = hashlib.sha256(weights.read_bytes()).hexdigest()
+    manifest["label_head_calibration"] = {
+        "margin": before + calibration.margin,
+        "scenes agreeing, by margin": {str(m): round(v, 4) for m, v in calibration.agreement.items()},
+    }
+    manifest_path.write_text(json.dumps(manifest, indent=2) + "\n")
+    return calibration
+
+
+def _same(a: Any, b: Any) -> bool:
+    import torch
+
+    return bool(torch.equal(a.float(), b.float()))
+
+
+def _metadata(path: Path) -> dict[str, str]:
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        return dict(f.metadata() or {})
