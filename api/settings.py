@@ -8,6 +8,14 @@ from typing import Literal
 from pydantic import BaseModel, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+
+def demo_transcript_hint() -> str:
+    """The names and weekdays the demo world's clips say, as a transcriber hint."""
+    from grounding.speech import NAMES, WEEKDAYS
+
+    return f"{', '.join(NAMES)}. {', '.join(WEEKDAYS)}."
+
+
 Modality = Literal["text", "image", "audio"]
 
 
@@ -171,6 +179,11 @@ class Settings(BaseSettings):
     grounding: bool = Field(
         default=True,
         description="Score answers to audio requests against a transcript of the audio, after the response.",
+    )
+    grounding_transcript_hint: str = Field(
+        default_factory=demo_transcript_hint,
+        description="Names and terms the grounding transcriber should expect in request audio, as one line of text "
+        "(Whisper spells them as written here). Default: the demo world's names and weekdays; empty: no hint.",
     )
     default_max_tokens: int = Field(default=256, description="Completion length when the client sets none.")
     log_level: str = Field(default="INFO", description="Log level of the server.")

@@ -180,7 +180,13 @@ async def build_state(settings: Settings) -> AsyncIterator[AppState]:
         await journal.start()
         stack.push_async_callback(journal.stop)
         bus = CompletionBus(tasks, [metrics.record_completion], journal=journal)
-        grounding = GroundingService.create(db, tasks, registry=metrics.registry) if settings.grounding else None
+        grounding = (
+            GroundingService.create(
+                db, tasks, registry=metrics.registry, transcript_hint=settings.grounding_transcript_hint
+            )
+            if settings.grounding
+            else None
+        )
         if grounding is not None:
             bus.subscribe(grounding)
             stack.callback(grounding.close)

@@ -139,6 +139,8 @@ def _clause(tokens: list[str], claims: Claims) -> None:
     for i, token in enumerate(tokens):
         if _negated(tokens, i):
             continue
+        if token in COLOUR_WORDS and tokens[i + 1 : i + 2] == ["noise"]:
+            continue  # "white noise" (or pink, brown) names a sound, not a colour
         if token in COLOUR_WORDS:
             bound = _bind_after(tokens, i) or _bind_before(nouns, i)
             claims.colours.append((bound, _GREY.get(token, token)))
@@ -228,10 +230,21 @@ _SENTENCE_OF_SLOT = {"weekday": "meeting", "name": "call", "noun": "count", "col
 _COLOUR_HOLDERS = PERSON_NOUNS | {None, "colour", "color"}
 
 
+def _spoken_facts(claims: Claims) -> set[tuple[str, str]]:
+    """What a sentence of the audio world states: names, days, numbers, colours not of a shape, counted things."""
+    facts = {("name", n) for n in claims.names} | {("day", d) for d in claims.weekdays}
+    facts |= {("number", str(v)) for _, v in claims.numbers if v > 0}
+    facts |= {("colour", c) for n, c in claims.colours if n not in SHAPE_NOUNS}
+    return facts | {("thing", o) for o in claims.objects & (AUDIO_NOUNS - {"table"})}
+
+
 def _audio_problems(item: GoldenItem, claims: Claims) -> list[str]:
     facts = item.facts
     if item.kind == "sound":
-        return _only(claims.sounds, facts["sound"], "sound")
+        # what the voice said need not be repeated, but what is repeated must be what it said
+        heard = _spoken_facts(extract_claims(str(facts["sentence"]))) if facts["sound"] == "speech" else set()
+        misheard = sorted(_spoken_facts(claims) - heard)
+        return _only(claims.sounds, facts["sound"], "sound") + [f"the clip does not say {v}" for _, v in misheard]
     sentence = _SENTENCE_OF_KIND.get(item.kind) or next(v for k, v in _SENTENCE_OF_SLOT.items() if k in facts)
     numbers = {v for _, v in claims.numbers if v > 0}
     if sentence == "meeting":

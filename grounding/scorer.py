@@ -62,8 +62,9 @@ class GroundingScorer:
         whisper_dir: Path | None = None,
         minilm_dir: Path | None = None,
         support_threshold: float = SUPPORT_THRESHOLD,
+        transcript_hint: str = "",
     ) -> None:
-        self._whisper = WhisperTranscriber(whisper_dir or default_whisper_dir())
+        self._whisper = WhisperTranscriber(whisper_dir or default_whisper_dir(), hint=transcript_hint)
         self._minilm = MiniLMEmbedder(minilm_dir or default_minilm_dir())
         self.support_threshold = support_threshold
 

@@ -61,10 +61,12 @@ class GroundingService:
         )
 
     @classmethod
-    def create(cls, db: Engine, tasks: BackgroundTasks, *, registry: Any) -> GroundingService | None:
+    def create(
+        cls, db: Engine, tasks: BackgroundTasks, *, registry: Any, transcript_hint: str = ""
+    ) -> GroundingService | None:
         """The service, or None (with a warning) when the scorer's model files are not installed."""
         try:
-            scorer = GroundingScorer()
+            scorer = GroundingScorer(transcript_hint=transcript_hint)
         except FileNotFoundError as exc:
             logger.warning("grounding scores are off: %s", exc)
             return None

@@ -138,6 +138,21 @@ def test_sound_labels(kind, answer, correct):
     assert not check_answer(audio_item("sound", clip), "A man talking.").correct
 
 
+def test_a_sound_answer_may_leave_the_words_out_but_may_not_misquote_them():
+    assert check_answer(audio_item("sound", MEETING), "A voice speaking.").correct
+    assert check_answer(audio_item("sound", MEETING), 'A voice saying: "The meeting is on Thursday at three."').correct
+    wrong = check_answer(audio_item("sound", MEETING), 'A voice saying: "The meeting is on Monday at three."')
+    assert not wrong.correct
+    assert wrong.problems == ("the clip does not say Monday",)
+
+
+def test_white_noise_is_a_sound_not_a_colour():
+    claims = extract_claims("White noise, a steady hiss.")
+    assert claims.colours == []
+    assert claims.sounds == {"noise"}
+    assert extract_claims("A white circle.").colours == [("circle", "white")]
+
+
 def test_speaker_words_are_not_objects_in_audio_but_are_in_images():
     audio = check_answer(audio_item("transcript", MEETING), "A man says the meeting is on Thursday at three.")
     assert audio.correct

@@ -45,6 +45,7 @@ def test_names_counts_things_and_colours_must_be_heard():
 
 def test_the_kind_of_sound_must_match_the_label():
     assert _unsupported("A beep: a pure tone.", "", "beep") == []
+    assert _unsupported("White noise, a steady hiss.", "", "noise") == []  # "white" names the noise, not a colour
     assert _unsupported("I hear a voice saying hello.", "", "noise") == ["the sound is speech"]
     assert _unsupported("Please call Emma, the speaker says.", "", "silence") == [
         "the name Emma",
