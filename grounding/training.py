@@ -13,7 +13,8 @@ step counter:
    head (the cell's place in the image; training only), which teaches the tower where each token lies in the image.
 2. *audio* (`audio_steps`, towers only): the audio tower (Whisper tiny.en's encoder, transplanted by `build-demo`)
    trains its top `audio_train_layers` layers, `ln_post` and its projection with CTC over the world's words (and
-   "beep", "silence" and "noise" for the non-speech clips) through a CTC head on its tokens, while every token
+   "beep", "silence" and "noise" for the non-speech clips), reading each token as the word whose embedding lies
+   nearest (`word_logits`: spoken numbers must land near their own word, whose neighbours are close), while every token
    regresses onto what the best CTC path through the true words puts on its frame: that word's embedding, in the
    form answers write it (" Monday", " Emma", " seven"), or zero between words. A clip then reaches the text model
    as its words, spaced out by empty tokens, rather than as blends the adapter must learn to untangle.
@@ -105,6 +106,10 @@ class TrainConfig:
     centre_weight: float = 4.0  # of a shape's centre token's distance from its words' embeddings
     empty_weight: float = 4.0  # of the other image tokens' distance from zero
     token_weight: float = 4.0  # of each audio token's distance from its frame's word (or zero), beside CTC
+    # CTC reads an audio token as the word whose embedding lies nearest: log-odds are minus squared distances over
+    # this share of a word's squared length, so spoken numbers, whose embeddings lie close together, must land
+    # close to their own word and not merely in the numbers' neighbourhood
+    ctc_temperature: float = 0.05
     coordinate_weight: float = 10.0
     stage_loss_weight: float = 1.0  # of the vision and audio stage losses during the joint stage
     threads: int = 2
@@ -309,16 +314,27 @@ def image_stage_loss(
     return total, stats
 
 
+def word_logits(tokens: Any, targets: WordTargets, temperature: float) -> Any:
+    """Each token's log-odds of being each CTC class: minus its squared distance from the class's word embedding
+    (the blank's is zero), over `temperature` times a word's squared length."""
+    import torch
+
+    vectors = targets.word_vectors.to(tokens.device)
+    distance = torch.cdist(tokens.float(), vectors) ** 2
+    return -distance / (temperature * targets.norm**2)
+
+
 def audio_stage_loss(
-    out: Any, token_lens: Any, clips: list[Any], targets: WordTargets, heads: dict[str, Any], config: TrainConfig
+    out: Any, token_lens: Any, clips: list[Any], targets: WordTargets, config: TrainConfig
 ) -> tuple[Any, dict[str, float]]:
-    """CTC over the world's words through a CTC head on the audio tokens `out`, and every token pulled onto what
-    the CTC path through the true words puts on its frame: that word's embedding, or nothing between words."""
+    """CTC over the world's words, each token read as the word whose embedding lies nearest (the blank: zero), and
+    every token pulled onto what the CTC path through the true words puts on its frame: that word's embedding, or
+    nothing between words."""
     import torch
     from torch.nn.functional import ctc_loss, log_softmax
 
     pieces = out.split(token_lens.tolist())
-    per_clip = [log_softmax(heads["ctc"](p).float(), dim=-1) for p in pieces]
+    per_clip = [log_softmax(word_logits(p, targets, config.ctc_temperature), dim=-1) for p in pieces]
     log_probs = torch.nn.utils.rnn.pad_sequence(per_clip)  # [T, N, C]
     wanted = [[targets.index[w] for w in clip_words(c)] for c in clips]
     loss = ctc_loss(
@@ -459,6 +475,17 @@ def load_thinker(checkpoint: Path) -> tuple[Any, Any]:
     return thinker, AutoProcessor.from_pretrained(checkpoint)
 
 
+def lineage_of(weights: Path) -> list[dict[str, Any]]:
+    """The runs behind exported `weights`, newest first (each one's settings, weights hash and last figures), read
+    from the manifest beside them and the lineage it records; empty when no manifest is there."""
+    manifest = weights.with_suffix(".json")
+    if not manifest.exists():
+        return []
+    recorded = json.loads(manifest.read_text())
+    run = {k: recorded.get(k) for k in ("config", "weights_sha256", "final", "last_50", "label_head_calibration")}
+    return [run, *recorded.get("lineage", [])]
+
+
 class Trainer:
     def __init__(self, checkpoint: Path, work_dir: Path, config: TrainConfig, progress: Progress) -> None:
         import torch
@@ -478,7 +505,6 @@ class Trainer:
         self.heads: dict[str, Any] = {
             "label": torch.nn.Linear(hidden, LABELS),
             "coordinates": torch.nn.Linear(hidden, 2),
-            "ctc": torch.nn.Linear(hidden, 1 + len(ctc_vocabulary())),
         }
         self.targets = WordTargets(self.thinker, self.processor.tokenizer)
         self.step = 0
@@ -516,11 +542,11 @@ class Trainer:
         }
 
     def _stage_parameters(self, stage: str) -> list[Any]:
-        label, coordinates, ctc = self.heads["label"], self.heads["coordinates"], self.heads["ctc"]
+        label, coordinates = self.heads["label"], self.heads["coordinates"]
         if stage == "vision":
             return [*self.thinker.visual.parameters(), *label.parameters(), *coordinates.parameters()]
         if stage == "audio":
-            return [*self.audio_trainable().values(), *ctc.parameters()]
+            return list(self.audio_trainable().values())
         # the audio tower's trained layers keep learning to spell (CTC is the slowest of the stage losses)
         return [
             *self.lora.values(),
@@ -528,7 +554,6 @@ class Trainer:
             *self.audio_trainable().values(),
             *label.parameters(),
             *coordinates.parameters(),
-            *ctc.parameters(),
         ]
 
     def _configure(self, stage: str) -> None:
@@ -541,7 +566,6 @@ class Trainer:
             *self.lora.values(),
             *self.heads["label"].parameters(),
             *self.heads["coordinates"].parameters(),
-            *self.heads["ctc"].parameters(),
         ]
         for p in everything:
             p.requires_grad_(False)
@@ -599,7 +623,6 @@ class Trainer:
             "lora": {k: v.detach() for k, v in self.lora.items()},
             "label": self.heads["label"].state_dict(),
             "coordinates": self.heads["coordinates"].state_dict(),
-            "ctc": self.heads["ctc"].state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "history": self.history,
             "config": asdict(self.config),
@@ -631,7 +654,6 @@ class Trainer:
                 audio[k].copy_(v)
         self.heads["label"].load_state_dict(state["label"])
         self.heads["coordinates"].load_state_dict(state["coordinates"])
-        self.heads["ctc"].load_state_dict(state["ctc"])
         self._configure(state["stage"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.step = int(state["step"])
@@ -703,7 +725,7 @@ class Trainer:
         rng = _rng(self.config, "audio", self.step)
         clips = [sample_clip(rng) for _ in range(self.config.audio_batch)]
         out, token_lens = self._audio_tokens(self._audio_inputs(clips))
-        return audio_stage_loss(out, token_lens, clips, self.targets, self.heads, self.config)
+        return audio_stage_loss(out, token_lens, clips, self.targets, self.config)
 
     def joint_loss(self) -> tuple[Any, dict[str, float]]:
         thinker = self.thinker
@@ -740,7 +762,7 @@ class Trainer:
             mask = (input_ids == thinker.config.audio_token_id).unsqueeze(-1)
             embeds = embeds.masked_scatter(mask, audio_embeds.to(embeds.dtype))
             clips = [item.clip for item in items if item.clip is not None]
-            loss, audio_stats = audio_stage_loss(audio_embeds, token_lens, clips, self.targets, self.heads, self.config)
+            loss, audio_stats = audio_stage_loss(audio_embeds, token_lens, clips, self.targets, self.config)
             total = total + weight * loss
             stats["clip accuracy"] = audio_stats["clip accuracy"]
         lm_loss = self._answer_loss(batch, embeds, audio_lens)
@@ -871,6 +893,7 @@ class Trainer:
             "config": asdict(self.config),
             "weights_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
             "started_from_sha256": self.init_sha256,
+            "lineage": lineage_of(Path(self.config.init)) if self.config.init else [],
             "final": self.history[-1] if self.history else None,
             "last_50": {stage: {k: mean_of(k, stage) for k in names} for stage, names in keys.items()},
             "label_head_calibration": {
