@@ -7,9 +7,11 @@ Whisper's transcript (grounding.models) is the evidence for what a voice said.
 
 Claims are the answer's facts as `grounding.answers.extract_claims` reads them, checked against the same
 extraction of the transcript: every name, weekday, number (counts and hours), colour not bound to a shape, and
-counted thing (apples, books, cups, chairs, dogs, cats) must be in the transcript, and every sound word (a voice,
-a beep, silence, noise) must match the label. So "There are five cats on the table" against a clip saying "six
-cats" is unsupported on the number, where a sentence-similarity check would pass it as on topic.
+thing of the spoken world (apples, books, cups, chairs, dogs, cats, a table) must be in the transcript, and every
+sound word (a voice, a beep, silence, noise) must match the label. Things are keyed as image objects are, so with
+both media a table the clip speaks of (or "the speaker", its voice) is not held against the image. So "There are
+five cats on the table" against a clip saying "six cats" is unsupported on the number, where a sentence-similarity
+check would pass it as on topic.
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ SOUND_TEXT = {
     "silence": "Silence, nothing to hear.",
     "noise": "White noise, a steady hiss.",
 }
-COUNTED = AUDIO_NOUNS - {"table"}
 
 
 def sound_label(samples: np.ndarray) -> str:
@@ -57,7 +58,8 @@ def _claims(claims: Claims) -> list[tuple[str, str | None, str]]:
     out += [("day", None, d) for d in sorted(claims.weekdays)]
     out += [("number", None, str(v)) for noun, v in claims.numbers if noun is None or noun in AUDIO_NOUNS]
     out += [("colour", None, c) for noun, c in claims.colours if noun is None or noun not in SHAPE_NOUNS]
-    out += [("thing", None, o) for o in sorted(claims.objects & COUNTED)]
+    # keyed as an image's objects are, so that with both media a thing the clip speaks of is supported by it
+    out += [("object", o, "") for o in sorted(claims.objects & AUDIO_NOUNS)]
     return list(dict.fromkeys(out))
 
 
@@ -72,6 +74,11 @@ def audio_claim_verdicts(answer: str, transcript: str, label: str) -> list[Verdi
     key (numbers and colours share keys with image claims of the same value)."""
     said = set(_claims(extract_claims(transcript))) if label == "speech" else set()
     answer_claims = extract_claims(answer)
-    verdicts: list[Verdict] = [(claim_text(k[0], k[2]), k in said, k) for k in _claims(answer_claims)]
+    verdicts: list[Verdict] = [
+        (f"a {k[1]}" if k[0] == "object" else claim_text(k[0], k[2]), k in said, k) for k in _claims(answer_claims)
+    ]
     verdicts += [(f"the sound is {s}", s == label, ("sound", None, s)) for s in sorted(answer_claims.sounds)]
+    # "the speaker" is the voice of the clip (keyed as an image's objects are, so no image need show one)
+    if "speaker" in answer_claims.objects:
+        verdicts.append(("a speaker", label == "speech", ("object", "speaker", "")))
     return verdicts

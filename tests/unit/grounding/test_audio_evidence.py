@@ -39,15 +39,18 @@ def test_names_counts_things_and_colours_must_be_heard():
     assert _unsupported("You should call Sarah.", "Please call Emma.") == ["the name Sarah"]
     said = "There are seventeen cats on the table."
     assert _unsupported("There are seventeen cats on the table.", said) == []
-    assert sorted(_unsupported("There are six dogs on the table.", said)) == ["dog", "the number 6"]
+    assert sorted(_unsupported("There are six dogs on the table.", said)) == ["a dog", "the number 6"]
     assert _unsupported("The speaker's favourite colour is blue.", "My favourite colour is red.") == ["the colour blue"]
 
 
 def test_the_kind_of_sound_must_match_the_label():
     assert _unsupported("A beep: a pure tone.", "", "beep") == []
     assert _unsupported("White noise, a steady hiss.", "", "noise") == []  # "white" names the noise, not a colour
+    assert _unsupported("The speaker says hello.", "Hello.") == []  # the speaker is the clip's voice
+    assert sorted(_unsupported("The speaker says nothing.", "", "silence")) == ["a speaker", "the sound is speech"]
     assert _unsupported("I hear a voice saying hello.", "", "noise") == ["the sound is speech"]
     assert _unsupported("Please call Emma, the speaker says.", "", "silence") == [
         "the name Emma",
         "the sound is speech",
+        "a speaker",
     ]
