@@ -230,21 +230,29 @@ _SENTENCE_OF_SLOT = {"weekday": "meeting", "name": "call", "noun": "count", "col
 _COLOUR_HOLDERS = PERSON_NOUNS | {None, "colour", "color"}
 
 
-def _spoken_facts(claims: Claims) -> set[tuple[str, str]]:
-    """What a sentence of the audio world states: names, days, numbers, colours not of a shape, counted things."""
-    facts = {("name", n) for n in claims.names} | {("day", d) for d in claims.weekdays}
-    facts |= {("number", str(v)) for _, v in claims.numbers if v > 0}
-    facts |= {("colour", c) for n, c in claims.colours if n not in SHAPE_NOUNS}
-    return facts | {("thing", o) for o in claims.objects & (AUDIO_NOUNS - {"table"})}
+SpokenKey = tuple[str, str | None, str]  # (kind, bound noun or None, value)
+
+
+def spoken_claims(claims: Claims) -> list[SpokenKey]:
+    """Keys of what an answer or transcript says about a clip's content: names, days, numbers, colours not of a
+    shape, and things of the spoken world (keyed as an image's objects are, so that with both media a thing the
+    clip speaks of is supported by it)."""
+    out: list[SpokenKey] = [("name", None, n) for n in sorted(claims.names)]
+    out += [("day", None, d) for d in sorted(claims.weekdays)]
+    out += [("number", None, str(v)) for noun, v in claims.numbers if noun is None or noun in AUDIO_NOUNS]
+    out += [("colour", None, c) for noun, c in claims.colours if noun is None or noun not in SHAPE_NOUNS]
+    out += [("object", o, "") for o in sorted(claims.objects & AUDIO_NOUNS)]
+    return list(dict.fromkeys(out))
 
 
 def _audio_problems(item: GoldenItem, claims: Claims) -> list[str]:
     facts = item.facts
     if item.kind == "sound":
         # what the voice said need not be repeated, but what is repeated must be what it said
-        heard = _spoken_facts(extract_claims(str(facts["sentence"]))) if facts["sound"] == "speech" else set()
-        misheard = sorted(_spoken_facts(claims) - heard)
-        return _only(claims.sounds, facts["sound"], "sound") + [f"the clip does not say {v}" for _, v in misheard]
+        heard = set(spoken_claims(extract_claims(str(facts["sentence"])))) if facts["sound"] == "speech" else set()
+        misheard = [k for k in spoken_claims(claims) if k not in heard]
+        said = [f"the clip does not say {value or noun}" for _, noun, value in misheard]
+        return _only(claims.sounds, facts["sound"], "sound") + said
     sentence = _SENTENCE_OF_KIND.get(item.kind) or next(v for k, v in _SENTENCE_OF_SLOT.items() if k in facts)
     numbers = {v for _, v in claims.numbers if v > 0}
     if sentence == "meeting":

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from grounding.answers import AUDIO_NOUNS, SHAPE_NOUNS, Claims, extract_claims
+from grounding.answers import SpokenKey, extract_claims, spoken_claims
 
 SAMPLE_RATE = 16_000
 SILENCE_RMS = 0.003
@@ -49,21 +49,13 @@ def sound_label(samples: np.ndarray) -> str:
     return "noise" if flatness >= NOISE_FLATNESS else "speech"
 
 
-Verdict = tuple[str, bool, tuple[str, str | None, str]]  # as grounding.image_evidence's
+Verdict = tuple[str, bool, SpokenKey]  # as grounding.image_evidence's
 
 
-def _claims(claims: Claims) -> list[tuple[str, str | None, str]]:
-    """Keys of what an answer or transcript says about a clip's content: (kind, bound noun or None, value)."""
-    out: list[tuple[str, str | None, str]] = [("name", None, n) for n in sorted(claims.names)]
-    out += [("day", None, d) for d in sorted(claims.weekdays)]
-    out += [("number", None, str(v)) for noun, v in claims.numbers if noun is None or noun in AUDIO_NOUNS]
-    out += [("colour", None, c) for noun, c in claims.colours if noun is None or noun not in SHAPE_NOUNS]
-    # keyed as an image's objects are, so that with both media a thing the clip speaks of is supported by it
-    out += [("object", o, "") for o in sorted(claims.objects & AUDIO_NOUNS)]
-    return list(dict.fromkeys(out))
-
-
-def claim_text(kind: str, value: str) -> str:
+def claim_text(key: SpokenKey) -> str:
+    kind, noun, value = key
+    if kind == "object":
+        return f"a {noun}"
     return {"name": "the name {}", "day": "on {}", "number": "the number {}", "colour": "the colour {}"}.get(
         kind, "{}"
     ).format(value)
@@ -72,11 +64,9 @@ def claim_text(kind: str, value: str) -> str:
 def audio_claim_verdicts(answer: str, transcript: str, label: str) -> list[Verdict]:
     """Each checkable claim of `answer` about the clip, worded for people, whether the clip supports it, and its
     key (numbers and colours share keys with image claims of the same value)."""
-    said = set(_claims(extract_claims(transcript))) if label == "speech" else set()
+    said = set(spoken_claims(extract_claims(transcript))) if label == "speech" else set()
     answer_claims = extract_claims(answer)
-    verdicts: list[Verdict] = [
-        (f"a {k[1]}" if k[0] == "object" else claim_text(k[0], k[2]), k in said, k) for k in _claims(answer_claims)
-    ]
+    verdicts: list[Verdict] = [(claim_text(k), k in said, k) for k in spoken_claims(answer_claims)]
     verdicts += [(f"the sound is {s}", s == label, ("sound", None, s)) for s in sorted(answer_claims.sounds)]
     # "the speaker" is the voice of the clip (keyed as an image's objects are, so no image need show one)
     if "speaker" in answer_claims.objects:
