@@ -71,6 +71,25 @@ async def _passes(worker, n, *, start=None, step=timedelta(minutes=10)):
         now += step
 
 
+async def _passes_until_sent(worker, db, identifiers, *, limit=8):
+    """Passes, the clock moving past every backoff between them, until every row is sent (at most `limit`).
+
+    A loaded machine can stretch a setup call (the meters, a customer) past a short timeout: that pass retries
+    too, and a later one goes on from there."""
+    now = datetime.now(UTC)
+    for _ in range(limit):
+        await worker.run_once(now=now)
+        if all(_row(db, i).status == "sent" for i in identifiers):
+            return
+        now += timedelta(minutes=10)
+    raise AssertionError(f"not sent after {limit} passes: {[_row(db, i).status for i in identifiers]}")
+
+
+def _meters_ready(fake):
+    """The meters exist before a test's faults begin, created by a patient client."""
+    asyncio.run(StripeMeters("sk_test_tessera", fake.url, timeout_s=30.0).ensure_meters())
+
+
 def _worker(db, fake, timeout_s=5.0):
     return OutboxWorker(db, StripeMeters("sk_test_tessera", fake.url, timeout_s=timeout_s))
 
@@ -125,12 +144,14 @@ def test_retryable_failures_back_off_per_row_and_then_go_through(db):
 def test_a_lost_answer_is_retried_under_the_same_key_and_replayed(db):
     (identifier,) = _rows(db)
     with FakeStripe(stall_s=1.5) as fake:
+        _meters_ready(fake)
         fake.faults = _first(METER_EVENTS, "lost")  # Stripe records the event; the answer never arrives
-        asyncio.run(_passes(_worker(db, fake, timeout_s=0.5), 2))
-    first, second = fake.keys_by_identifier[identifier]
-    assert first == second
+        asyncio.run(_passes_until_sent(_worker(db, fake, timeout_s=0.5), db, [identifier]))
+    keys = fake.keys_by_identifier[identifier]
+    assert len(keys) >= 2, keys  # retried
+    assert set(keys) == {keys[0]}, keys  # under the one key
     assert fake.executions[identifier] == 1
-    assert fake.replays == 1
+    assert fake.replays >= len(keys) - 1 >= 1  # every retry got Stripe's saved answer
     assert _row(db, identifier).status == "sent"
 
 
@@ -150,13 +171,14 @@ def test_a_saved_500_is_retried_under_a_new_key(db):
 def test_customer_creation_is_idempotent_under_a_retry(db):
     ids = _rows(db, 4, tenant_id="tenant-retry")
     with FakeStripe(stall_s=1.5) as fake:
+        _meters_ready(fake)
         fake.faults = _first("/v1/customers", "lost")  # created at Stripe; the answer is lost
         worker = _worker(db, fake, timeout_s=0.5)
         asyncio.run(_passes(worker, 1))
-        assert (len(fake.customers), fake.events) == (1, {})  # nothing sent without a known customer
-        asyncio.run(_passes(worker, 1, start=datetime.now(UTC) + timedelta(minutes=10)))
+        assert fake.events == {}  # nothing sent without a known customer
+        asyncio.run(_passes_until_sent(worker, db, ids))
     assert len(fake.customers) == 1
-    assert fake.replays == 1
+    assert fake.replays >= 1
     with Session(db) as s:
         stored = s.get(StripeCustomer, "tenant-retry")
     assert stored is not None
