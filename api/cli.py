@@ -125,6 +125,7 @@ def train_demo(args: argparse.Namespace) -> None:
         ("vision_steps", args.vision_steps),
         ("audio_steps", args.audio_steps),
         ("init", str(args.init) if args.init else None),
+        ("init_audio", False if args.audio_from_whisper else None),
     )
     overrides: dict[str, Any] = {k: v for k, v in pairs if v is not None}
     config = dataclasses.replace(TrainConfig(pool=args.pool), **overrides)
@@ -222,6 +223,11 @@ def _models_parser(sub: Any) -> None:
     train.add_argument("--out", type=Path, help="Where the trained weights go (default: serving/demo_weights).")
     train.add_argument(
         "--init", type=Path, help="Start from an earlier run's <pool>-grounding.safetensors, not from nothing."
+    )
+    train.add_argument(
+        "--audio-from-whisper",
+        action="store_true",
+        help="With --init: the audio tower starts again from Whisper's own weights instead of the earlier run's.",
     )
     train.add_argument("--eval-items", type=int, default=60, help="Held-out items per mix to check at the end.")
     calibrate = models.add_parser(

@@ -118,6 +118,8 @@ class TrainConfig:
     # Trained weights (a `<pool>-grounding.safetensors` of an earlier run) to start from instead of the seeded
     # random towers and a zero adapter; empty: train from nothing.
     init: str = ""
+    # whether `init`'s audio tower (its trained part) is loaded too; False: it starts from Whisper's own weights
+    init_audio: bool = True
 
     @property
     def total_steps(self) -> int:
@@ -575,8 +577,8 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(self.trainable, lr=self.config.lr, weight_decay=0.0)
 
     def _start_from(self, path: Path) -> None:
-        """Loads an earlier run's exported weights: the vision tower, the audio tower's trained part, the adapter and
-        the label head (the heads used only in training start afresh)."""
+        """Loads an earlier run's exported weights: the vision tower, the audio tower's trained part (unless
+        `init_audio` is off), the adapter and the label head (the heads used only in training start afresh)."""
         import torch
         from safetensors.torch import load_file
 
@@ -586,19 +588,25 @@ class Trainer:
         self.thinker.visual.load_state_dict(visual)
         audio, lora = self.audio_trainable(), self.lora
         label = {k.removeprefix("label_head."): v for k, v in tensors.items() if k.startswith("label_head.")}
-        missing = [k for k in (*audio, *lora) if k not in tensors]
+        loaded = {**(audio if self.config.init_audio else {}), **lora}
+        missing = [k for k in loaded if k not in tensors]
         if missing:
             raise RuntimeError(f"{path} lacks {missing[:3]}: made with other settings")
         with torch.no_grad():
-            for k, p in (*audio.items(), *lora.items()):
+            for k, p in loaded.items():
                 p.copy_(tensors[k])
         self.heads["label"].load_state_dict(label)
-        self._fit_audio_length()
+        if self.config.init_audio:
+            self._fit_audio_length()
+        else:
+            self.progress("  the audio tower starts from Whisper's own weights")
         self.progress(f"starting from {path}")
 
     def _fit_audio_length(self) -> None:
-        """Scales the audio projection so its tokens are, on average, as long as the text model's word embeddings
-        (weights trained under another recipe may speak far louder than a word)."""
+        """Scales the audio projection so the tokens it speaks words with are, on average, as long as the text
+        model's word embeddings (weights trained under another recipe may speak far louder than a word). Only the
+        tokens read as words count: most tokens are the quiet ones between words, and counting them would inflate
+        well-fitted weights several times over."""
         import torch
 
         from grounding.speech import sample_clip
@@ -606,7 +614,11 @@ class Trainer:
         rng = _rng(self.config, "audio", 10**9)  # a step no stage reaches
         with torch.no_grad():
             out, _ = self._audio_tokens(self._audio_inputs([sample_clip(rng) for _ in range(8)]))
-            factor = self.targets.norm / float(out.norm(dim=-1).mean())
+            spoken = word_logits(out, self.targets, self.config.ctc_temperature).argmax(-1) != 0
+            if int(spoken.sum()) < 8:
+                self.progress("  audio tokens left as they are: too few read as words to measure")
+                return
+            factor = self.targets.norm / float(out[spoken].norm(dim=-1).mean())
             proj = self.thinker.audio_tower.proj
             proj.weight.mul_(factor)
             proj.bias.mul_(factor)

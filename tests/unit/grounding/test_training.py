@@ -11,6 +11,7 @@ from grounding.training import (
     ATTRIBUTES,
     LABELS,
     TrainConfig,
+    Trainer,
     WordTargets,
     audio_stage_loss,
     cell_coordinates,
@@ -215,3 +216,47 @@ def test_the_lineage_of_weights_lists_the_runs_behind_them_newest_first(tmp_path
     runs = lineage_of(weights)
     assert [r["weights_sha256"] for r in runs] == ["bb", "aa"]
     assert runs[0]["config"] == {"steps": 300}
+
+
+class _Tower:
+    """A stand-in for the trainer around the audio tower: the tower's tokens are its projection of fixed features,
+    ten of them words (unit vectors) and forty the quiet frames between words."""
+
+    def __init__(self, loudness: float) -> None:
+        from types import SimpleNamespace
+
+        self.config = TrainConfig()
+        self.targets = _Words()
+        proj = torch.nn.Linear(64, 64)
+        with torch.no_grad():
+            proj.weight.copy_(torch.eye(64) * loudness)
+            proj.bias.zero_()
+        self.thinker = SimpleNamespace(audio_tower=SimpleNamespace(proj=proj))
+        self.features = torch.cat([self.targets.word_vectors[1:11], torch.zeros(40, 64)])
+        self.said: list[str] = []
+
+    def progress(self, line: str) -> None:
+        self.said.append(line)
+
+    def _audio_inputs(self, clips):
+        return None
+
+    def _audio_tokens(self, inputs):
+        return self.thinker.audio_tower.proj(self.features), torch.tensor([50])
+
+
+@pytest.mark.parametrize(("loudness", "factor"), [(1.0, 1.0), (3.0, 1 / 3)])
+def test_starting_weights_speak_words_at_word_length_counting_only_the_words(loudness, factor):
+    # the quiet frames between words are most tokens: counted too, well-fitted weights would be made 5 times louder
+    tower = _Tower(loudness)
+    Trainer._fit_audio_length(tower)
+    weight = tower.thinker.audio_tower.proj.weight
+    assert torch.allclose(weight, torch.eye(64) * loudness * factor, atol=1e-5)
+    assert "scaled by" in tower.said[-1]
+
+
+def test_starting_weights_too_quiet_to_read_are_left_alone():
+    tower = _Tower(0.1)  # every token nearer zero than any word: all read as blanks
+    Trainer._fit_audio_length(tower)
+    assert torch.allclose(tower.thinker.audio_tower.proj.weight, torch.eye(64) * 0.1)
+    assert "left as they are" in tower.said[-1]
