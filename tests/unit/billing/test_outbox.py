@@ -63,26 +63,23 @@ def _first(path, mode):
     return faults
 
 
-async def _passes(worker, n, *, start=None, step=timedelta(minutes=10)):
-    """`n` passes, the clock moving past every backoff between them."""
+async def _passes(worker, n, *, start=None, step=timedelta(minutes=10), until=None):
+    """`n` passes, the clock moving past every backoff between them; with `until`, they stop once it holds, and
+    whether it did is returned."""
     now = start or datetime.now(UTC)
     for _ in range(n):
         await worker.run_once(now=now)
+        if until is not None and until():
+            return True
         now += step
+    return False
 
 
 async def _passes_until_sent(worker, db, identifiers, *, limit=8):
-    """Passes, the clock moving past every backoff between them, until every row is sent (at most `limit`).
-
-    A loaded machine can stretch a setup call (the meters, a customer) past a short timeout: that pass retries
-    too, and a later one goes on from there."""
-    now = datetime.now(UTC)
-    for _ in range(limit):
-        await worker.run_once(now=now)
-        if all(_row(db, i).status == "sent" for i in identifiers):
-            return
-        now += timedelta(minutes=10)
-    raise AssertionError(f"not sent after {limit} passes: {[_row(db, i).status for i in identifiers]}")
+    """Passes until every row is sent (at most `limit`). A loaded machine can stretch a setup call (the meters, a
+    customer) past a short timeout: that pass retries too, and a later one goes on from there."""
+    if not await _passes(worker, limit, until=lambda: all(_row(db, i).status == "sent" for i in identifiers)):
+        raise AssertionError(f"not sent after {limit} passes: {[_row(db, i).status for i in identifiers]}")
 
 
 def _meters_ready(fake):
