@@ -114,9 +114,13 @@ def train_demo(args: argparse.Namespace) -> None:
     import dataclasses
     import json
 
-    from grounding.training import TrainConfig, Trainer
+    from grounding.training import TrainConfig, Trainer, parse_kind_weights
     from serving.demo_models import DEMO_WEIGHTS_DIR, build_demo_checkpoints
 
+    try:
+        kind_weights = parse_kind_weights(args.kind_weights) if args.kind_weights else None
+    except ValueError as exc:
+        raise SystemExit(f"error: --kind-weights: {exc}") from None
     settings = Settings()
     work = args.work_dir or settings.data_dir / "train"
     pairs: tuple[tuple[str, Any], ...] = (
@@ -126,6 +130,8 @@ def train_demo(args: argparse.Namespace) -> None:
         ("audio_steps", args.audio_steps),
         ("init", str(args.init) if args.init else None),
         ("init_audio", False if args.audio_from_whisper else None),
+        ("kind_weights", kind_weights),
+        ("seed", args.seed),
     )
     overrides: dict[str, Any] = {k: v for k, v in pairs if v is not None}
     config = dataclasses.replace(TrainConfig(pool=args.pool), **overrides)
@@ -228,6 +234,16 @@ def _models_parser(sub: Any) -> None:
         "--audio-from-whisper",
         action="store_true",
         help="With --init: the audio tower starts again from Whisper's own weights instead of the earlier run's.",
+    )
+    train.add_argument(
+        "--kind-weights",
+        help="How often the joint stage asks each question kind, e.g. describe=3,which_shapes=2 (others weigh 1).",
+    )
+    train.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="Training seed (default 1); a run from --init draws fresh items with another.",
     )
     train.add_argument("--eval-items", type=int, default=60, help="Held-out items per mix to check at the end.")
     calibrate = models.add_parser(

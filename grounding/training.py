@@ -50,7 +50,7 @@ import numpy as np
 
 from grounding.answers import check_answer
 from grounding.calibration import calibrate
-from grounding.golden import GoldenItem, golden_set, training_items
+from grounding.golden import AUDIO_KINDS, IMAGE_KINDS, MIXES, GoldenItem, golden_set, training_items
 from grounding.speech import SOUNDS, render_clip
 from grounding.text_keep import own_answers
 from grounding.world import COLOURS, MAX_REACH, POSITIONS, SHAPES, SIZES, Scene, Shape, render_scene, sample_scene
@@ -116,6 +116,10 @@ class TrainConfig:
     # their tokens off the words (a tower spelling 84% of training clips exactly fell to 51% within 110 joint steps,
     # its CTC loss beside the answer loss).
     joint_audio: bool = False
+    # How often the joint stage sees each question kind, relative to the others: (kind, weight) pairs; a kind left
+    # out weighs 1. Items are drawn as before and kept with probability weight / the heaviest weight, so a run that
+    # leans on the weak kinds still sees every kind. Empty: every kind equally often.
+    kind_weights: tuple[tuple[str, float], ...] = ()
     threads: int = 2
     seed: int = TRAIN_SEED
     checkpoint_every: int = 50
@@ -374,6 +378,42 @@ def _lr(step: int, config: TrainConfig, steps: int) -> float:
     return config.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
+def weighted_items(
+    items: Iterator[GoldenItem], kind_weights: tuple[tuple[str, float], ...], seed: tuple[int, ...]
+) -> Iterator[GoldenItem]:
+    """`items` thinned so each question kind turns up in proportion to its weight (a kind not named weighs 1):
+    an item is kept with probability its kind's weight over the heaviest. Seeded, so a resumed run replays it."""
+    weights = dict(kind_weights)
+    if not weights:
+        yield from items
+        return
+    if any(w <= 0 for w in weights.values()):
+        raise ValueError(f"kind weights must be positive, got {weights}")
+    unknown = set(weights) - set(IMAGE_KINDS) - set(AUDIO_KINDS)
+    if unknown:
+        raise ValueError(f"unknown question kinds {sorted(unknown)}; kinds are {IMAGE_KINDS + AUDIO_KINDS}")
+    heaviest = max(1.0, *weights.values())
+    rng = np.random.default_rng(list(seed))
+    for item in items:
+        if rng.random() < weights.get(item.kind, 1.0) / heaviest:
+            yield item
+
+
+def parse_kind_weights(text: str) -> tuple[tuple[str, float], ...]:
+    """`"describe=3,which_shapes=2"` as (kind, weight) pairs."""
+    pairs = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        kind, sep, weight = part.partition("=")
+        try:
+            value = float(weight)
+        except ValueError:
+            value = float("nan")
+        if not sep or not kind.strip() or not value > 0:
+            raise ValueError(f"expected kind=weight with a positive weight, got {part!r}")
+        pairs.append((kind.strip(), value))
+    return tuple(pairs)
+
+
 def label_of(shape_kind: str, colour: str) -> int:
     return 1 + SHAPES.index(shape_kind) * len(COLOURS) + COLOURS.index(colour)
 
@@ -516,20 +556,23 @@ class Trainer:
         self.step = 0
         self.history: list[dict[str, float]] = []
         self.init_sha256: str | None = None
-        if config.init:
-            self._start_from(Path(config.init))
-        self._configure(config.stage(0))
-        # Made before any checkpoint is loaded: the adapter's update is still zero, so these are the text
-        # model's own answers (and a resumed run reads the ones its first run wrote).
+        # Made before any weights are loaded (`init` or a checkpoint): the adapter's update is still zero, so these
+        # are the text model's own answers (and a resumed run reads the ones its first run wrote).
         answers = work_dir / "text_answers.json"
         self.text_items = (
             own_answers(self.thinker, self.processor, answers, lambda q: prompt_text(q, media=()), progress=progress)
             if config.text_items
             else []
         )
+        if config.init:
+            self._start_from(Path(config.init))
+        self._configure(config.stage(0))
         self._resume()
         self.items: dict[str, Iterator[GoldenItem]] = {
-            mix: training_items(config.seed + 1, mixes=(mix,)) for mix in set(JOINT_MIX)
+            mix: weighted_items(
+                training_items(config.seed + 1, mixes=(mix,)), config.kind_weights, (config.seed, MIXES.index(mix))
+            )
+            for mix in set(JOINT_MIX)
         }
         for done in range(config.stage_span("joint")[0], max(self.step, config.stage_span("joint")[0])):
             self._joint_items(done)  # a resumed run draws on from where its first run stopped
@@ -600,8 +643,11 @@ class Trainer:
             for k, p in loaded.items():
                 p.copy_(tensors[k])
         self.heads["label"].load_state_dict(label)
-        if self.config.init_audio:
+        if self.config.init_audio and self.config.audio_steps:
             self._fit_audio_length()
+        elif self.config.init_audio:
+            # no audio stage follows: the tower stays as the adapter it comes with learned to read it
+            self.progress("  the audio tower is kept as it was trained")
         else:
             self.progress("  the audio tower starts from Whisper's own weights")
         self.progress(f"starting from {path}")

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from itertools import islice
+
 import pytest
 import torch
 from safetensors.torch import save_file
 
+from grounding.golden import IMAGE_KINDS, GoldenItem, training_items
 from grounding.speech import Clip
 from grounding.training import (
     ATTRIBUTES,
@@ -23,7 +26,9 @@ from grounding.training import (
     describe_label,
     image_stage_loss,
     label_of,
+    parse_kind_weights,
     prompt_text,
+    weighted_items,
     word_logits,
 )
 from grounding.world import COLOURS, SHAPES, Scene, Shape
@@ -260,3 +265,28 @@ def test_starting_weights_too_quiet_to_read_are_left_alone():
     Trainer._fit_audio_length(tower)
     assert torch.allclose(tower.thinker.audio_tower.proj.weight, torch.eye(64) * 0.1)
     assert "left as they are" in tower.said[-1]
+
+
+def _drawn(weights: tuple[tuple[str, float], ...], n: int) -> list[GoldenItem]:
+    return list(islice(weighted_items(training_items(5, ("image",)), weights, (1, 0)), n))
+
+
+def test_kind_weights_lean_the_joint_items_towards_the_heavy_kinds_and_keep_the_rest():
+    weights = (("describe", 3.0), ("colour_of", 0.5))
+    drawn = [item.kind for item in _drawn(weights, 600)]
+    share = {kind: drawn.count(kind) / len(drawn) for kind in IMAGE_KINDS}
+    # drawn in turn, each kind is kept in proportion to its weight: 3 / 7.5 for describe, 0.5 / 7.5 for colour_of
+    assert share["describe"] == pytest.approx(3 / 7.5, abs=0.06)
+    assert share["colour_of"] == pytest.approx(0.5 / 7.5, abs=0.04)
+    assert share["count"] == pytest.approx(1 / 7.5, abs=0.05)
+    assert [i.id for i in _drawn(weights, 50)] == [i.id for i in _drawn(weights, 50)]
+    assert [item.kind for item in _drawn((), 12)] == list(IMAGE_KINDS) * 2
+
+
+def test_kind_weights_are_read_from_the_command_line_and_bad_ones_are_refused():
+    assert parse_kind_weights("describe=3, which_shapes=2") == (("describe", 3.0), ("which_shapes", 2.0))
+    for bad in ("describe", "describe=0", "describe=x", "=2"):
+        with pytest.raises(ValueError, match="kind=weight"):
+            parse_kind_weights(bad)
+    with pytest.raises(ValueError, match="unknown question kinds"):
+        next(weighted_items(training_items(5, ("image",)), (("painting", 2.0),), (1, 0)))
