@@ -23,6 +23,9 @@ MAX_TOKENS_PER_WINDOW = 224  # half of Whisper's 448-token context; 30 s of fast
 # name, day, number and colour right in 64% of clips greedily, 72% with 5 beams, and 80% with 5 beams and a hint
 # naming the names and days it should expect; it costs no more here (0.8-0.9 s a clip on a busy core either way).
 BEAM_SIZE = 5
+# The beam's best transcripts, all kept: a fact any of them says is heard (grounding.scorer). They come from the same
+# beam search, so they cost nothing more.
+HYPOTHESES = 5
 MAX_HINT_TOKENS = 100  # Whisper's earlier-text prompt takes at most half its 448-token context; a hint stays short
 
 
@@ -103,16 +106,25 @@ class WhisperTranscriber:
             return self._loaded
 
     def transcribe(self, pcm16k: np.ndarray) -> str:
+        """The most likely transcript of float32 mono 16 kHz samples; "" for silence or no samples."""
+        return self.hypotheses(pcm16k, 1)[0]
+
+    def hypotheses(self, pcm16k: np.ndarray, n: int = HYPOTHESES) -> tuple[str, ...]:
+        """The `n` most likely transcripts (at most `BEAM_SIZE`), best first; ("",) for silence or no samples.
+        Audio longer than one 30 s window is transcribed window by window, and the i-th transcript joins each
+        window's i-th hypothesis."""
         samples = np.nan_to_num(np.asarray(pcm16k, dtype=np.float32))
         if samples.ndim != 1:
             raise ValueError(f"expected mono samples (1-D), got shape {samples.shape}")
+        if not 1 <= n <= BEAM_SIZE:
+            raise ValueError(f"n must be 1..{BEAM_SIZE}, got {n}")
         if samples.size == 0:
-            return ""
+            return ("",)
         import ctranslate2
 
         model, tokenizer, features, prompt = self._load()
         windows = [samples[i : i + WINDOW_SAMPLES] for i in range(0, samples.size, WINDOW_SAMPLES)]
-        texts: list[str] = []
+        heard: list[list[str]] = []  # per window with speech, its hypotheses
         for start in range(0, len(windows), WINDOWS_PER_BATCH):
             batch = windows[start : start + WINDOWS_PER_BATCH]
             mel = features(batch, sampling_rate=SAMPLE_RATE, return_tensors="np").input_features
@@ -120,13 +132,19 @@ class WhisperTranscriber:
                 ctranslate2.StorageView.from_array(np.ascontiguousarray(mel, dtype=np.float32)),
                 [prompt] * len(batch),
                 beam_size=BEAM_SIZE,
+                num_hypotheses=n,
                 max_length=MAX_TOKENS_PER_WINDOW,
                 return_no_speech_prob=True,
             )
             for result in results:
                 if result.no_speech_prob < NO_SPEECH_THRESHOLD:
-                    texts.append(tokenizer.decode(result.sequences_ids[0], skip_special_tokens=True).strip())
-        return " ".join(t for t in texts if t)
+                    texts = [tokenizer.decode(ids, skip_special_tokens=True).strip() for ids in result.sequences_ids]
+                    heard.append(texts)
+        if not heard:
+            return ("",)
+        count = min(len(texts) for texts in heard)
+        out = tuple(" ".join(t for t in (texts[i] for texts in heard) if t) for i in range(count))
+        return tuple(dict.fromkeys(out))  # beams that differ only in tokens that decode alike read as one
 
 
 def _one_openmp_thread() -> None:

@@ -3,7 +3,7 @@
 How a score is made:
 1. Only audio can ground an answer here: there is no image captioner, so a request without audio gets no
    score (None), not a zero. Audio (float32 mono 16 kHz) is transcribed with Whisper tiny.en (CTranslate2,
-   int8, greedy, 30 s windows; windows Whisper judges to be silence are dropped).
+   int8, 5 beams, 30 s windows; windows Whisper judges to be silence are dropped).
 2. The answer is split into claims: its sentences and list items, less lead-ins that end in ':' and
    fragments of fewer than three words ("Sure!"), which state nothing to check.
 3. The transcript is split into chunks: every run of one to three consecutive sentences, with run-on
@@ -30,6 +30,7 @@ through CTranslate2's intra_threads=1, MiniLM on a dedicated thread whose OpenMP
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,6 +82,10 @@ class GroundingScorer:
         """The English transcript of float32 mono 16 kHz samples; "" for silence or no samples."""
         return self._whisper.transcribe(pcm16k)
 
+    def hypotheses(self, pcm16k: np.ndarray) -> tuple[str, ...]:
+        """Whisper's best transcripts of the samples, best first (what `score_media` checks spoken facts against)."""
+        return self._whisper.hypotheses(pcm16k)
+
     def claim_support(self, answer: str, transcript: str) -> list[tuple[str, float]]:
         """Each claim of `answer` with its best cosine similarity to any chunk of `transcript` (0.0 if none)."""
         claims = split_claims(answer)
@@ -112,7 +117,7 @@ class GroundingScorer:
         audio_pcm16k: np.ndarray | None,
         images: tuple[ImageFindings, ...] = (),
         question: str = "",
-        transcript: str | None = None,
+        transcript: str | Sequence[str] | None = None,
     ) -> GroundingResult | None:
         """The score of an answer against all the evidence its request carried. None when there is none (no
         audio, and no tower that detects).
@@ -122,7 +127,9 @@ class GroundingScorer:
         detections; names, days, numbers, colours, counted things and the kind of sound against the clip's
         transcript and sound label. With both media, a fact either medium supports is supported. A sentence with
         no such fact is checked for topical support against the transcript (or the sound's description), as
-        `score` does. `transcript` may be given when it was made already (it is otherwise made here)."""
+        `score` does. `transcript` may be given when it was made already (it is otherwise made here): one
+        transcript, or Whisper's best few, best first (`hypotheses`); a spoken fact any of them says is supported,
+        and sentences are checked against the best."""
         has_audio = audio_pcm16k is not None and np.asarray(audio_pcm16k).size > 0
         if not has_audio and not images:
             return None
@@ -139,9 +146,10 @@ class GroundingScorer:
             assert audio_pcm16k is not None
             label = sound_label(audio_pcm16k)
             if transcript is None:
-                transcript = self.transcribe(audio_pcm16k) if label == "speech" else ""
-            add(audio_claim_verdicts(answer, transcript, label))
-            heard = transcript if label == "speech" and transcript else SOUND_TEXT[label]
+                transcript = self.hypotheses(audio_pcm16k) if label == "speech" else ""
+            alternatives = (transcript,) if isinstance(transcript, str) else tuple(transcript) or ("",)
+            add(audio_claim_verdicts(answer, alternatives, label))
+            heard = alternatives[0] if label == "speech" and alternatives[0] else SOUND_TEXT[label]
             for sentence, best in self.claim_support(answer, heard):
                 if image_claim_verdicts(sentence, images, question) or audio_claim_verdicts(sentence, heard, label):
                     continue  # its facts were checked one by one above

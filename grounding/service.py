@@ -47,7 +47,7 @@ class GroundingService:
         self._pending = 0
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grounding")
         self._verdicts: dict[str, asyncio.Future[Verdict | None]] = {}
-        self._transcripts: dict[str, asyncio.Future[str]] = {}
+        self._transcripts: dict[str, asyncio.Future[tuple[str, ...]]] = {}
         self.scored = Counter("tessera_grounding_scored", "Requests given a grounding score.", registry=registry)
         self.skipped = Counter(
             "tessera_grounding_skipped", "Requests left unscored because the scorer was busy.", registry=registry
@@ -97,10 +97,10 @@ class GroundingService:
         if audio and request_id not in self._transcripts:
             loop = asyncio.get_running_loop()
             clip = audio[0]
-            self._transcripts[request_id] = loop.run_in_executor(self._executor, self._transcript_of, clip)
+            self._transcripts[request_id] = loop.run_in_executor(self._executor, self._transcripts_of, clip)
 
-    def _transcript_of(self, clip: np.ndarray) -> str:
-        return self._scorer.transcribe(clip) if sound_label(clip) == "speech" else ""
+    def _transcripts_of(self, clip: np.ndarray) -> tuple[str, ...]:
+        return self._scorer.hypotheses(clip) if sound_label(clip) == "speech" else ("",)
 
     async def verdict(self, request_id: str, timeout_s: float = 20.0) -> Verdict | None:
         """The request's verdict once it is scored; None without evidence, when scoring failed, or after

@@ -228,3 +228,28 @@ def test_a_hint_of_the_expected_names_makes_whisper_spell_them():
         scorer.close()
     assert heard[demo_transcript_hint()] >= 15
     assert heard[demo_transcript_hint()] > heard[""]
+
+
+def test_a_spoken_fact_any_of_the_best_transcripts_says_is_heard(scorer, two_sentence_clip):
+    said = ("There are 18 cuts on the table.", "There are 19 cuts on the table.", "There are 18 cups on the table.")
+    count = render_clip_of("count")
+    nineteen = scorer.score_media("There are nineteen cups on the table.", count, transcript=said)
+    assert (nineteen.score, nineteen.unsupported) == (1.0, ())
+    # a fact none of them says stays unsupported, and sentences are checked against the best transcript alone
+    assert scorer.score_media("There are twelve cups on the table.", count, transcript=said).unsupported == (
+        "the number 12",
+    )
+    assert scorer.score_media("There are eighteen dogs here.", count, transcript=said).unsupported == ("a dog",)
+    # the recogniser's own guesses: best first, distinct, and the best is what `transcribe` gives
+    guesses = scorer.hypotheses(two_sentence_clip)
+    assert 1 < len(guesses) <= 5
+    assert len(set(guesses)) == len(guesses)
+    assert guesses[0] == scorer.transcribe(two_sentence_clip)
+    assert scorer.hypotheses(np.zeros(16_000, dtype=np.float32)) == ("",)
+
+
+def render_clip_of(kind: str) -> np.ndarray:
+    from grounding.speech import Clip, render_clip
+
+    slots = {"count": {"count": 19, "noun": "cups"}}[kind]
+    return render_clip(Clip(kind, slots, voice="en", speed=160, pitch=50))
