@@ -74,9 +74,7 @@ def audio_claim_verdicts(answer: str, transcript: str | Sequence[str], label: st
     key (numbers and colours share keys with image claims of the same value). `transcript` may be several
     transcripts of the same speech (a recogniser's best guesses): a fact any of them says is supported."""
     alternatives = (transcript,) if isinstance(transcript, str) else tuple(transcript)
-    said = (
-        {key for text in alternatives for key in spoken_claims(extract_claims(text))} if label == "speech" else set()
-    )
+    said = {key for text in alternatives for key in spoken_claims(extract_claims(text))} if label == "speech" else set()
     answer_claims = extract_claims(answer)
     verdicts: list[Verdict] = [(claim_text(k), k in said, k) for k in spoken_claims(answer_claims)]
     verdicts += [(f"the sound is {s}", s == label, ("sound", None, s)) for s in sorted(answer_claims.sounds)]
