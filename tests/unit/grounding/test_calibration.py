@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from grounding.calibration import MARGINS, choose_margin, scene_facts
-from grounding.training import LABELS, label_of
+from grounding.stage_losses import LABELS, label_of
 from grounding.world import COLOURS, SHAPES, Scene, Shape
 from serving.detection import LabelHead
 

@@ -10,11 +10,9 @@ from safetensors.torch import save_file
 
 from grounding.golden import IMAGE_KINDS, GoldenItem, training_items
 from grounding.speech import Clip
-from grounding.training import (
+from grounding.stage_losses import (
     ATTRIBUTES,
     LABELS,
-    TrainConfig,
-    Trainer,
     WordTargets,
     audio_stage_loss,
     cell_coordinates,
@@ -26,10 +24,14 @@ from grounding.training import (
     describe_label,
     image_stage_loss,
     label_of,
+    word_logits,
+)
+from grounding.training import (
+    TrainConfig,
+    Trainer,
     parse_kind_weights,
     prompt_text,
     weighted_items,
-    word_logits,
 )
 from grounding.world import COLOURS, SHAPES, Scene, Shape
 from serving.demo_models import apply_grounding, merge_lora
