@@ -8,7 +8,10 @@ few tokens whatever its size. Claims come from `grounding.answers.extract_claims
 - a colour bound to a shape: that shape was detected in that colour; an unbound colour: some shape has it;
 - a position bound to a shape: that shape's position;
 - a count of shapes: the number of shapes detected;
-- a yes or no to "is there a <colour> <shape>": whether that shape was detected in that colour.
+- a yes or no to "is there a <colour> <shape>": whether that shape was detected in that colour;
+- to a question asking for every shape (which shapes are there, describe the image), each detected shape the answer
+  leaves out is a claim the detections contradict ("leaves out the square"): an answer listing two of three shapes
+  says, wrongly, that those are all there is.
 An answer that asserts nothing checkable (a bare "Yes.") has no claims: nothing in it is unsupported.
 """
 
@@ -22,6 +25,7 @@ from grounding.questions import question_kind
 from serving.detection import ImageFindings
 
 CENTRE_BAND = 0.17  # half-width of the centre, as a fraction of each side
+EVERY_SHAPE = frozenset({"which_shapes", "describe"})  # question kinds whose answer must name every shape
 
 
 def position_of(row: float, col: float) -> str:
@@ -94,7 +98,16 @@ def image_claim_verdicts(answer: str, findings: tuple[ImageFindings, ...], quest
             verdicts.append(
                 (f"{claims.yes_no}: is there a {colour} {shape}", claims.yes_no == expected, ("exists", shape, colour))
             )
-    return verdicts
+    return verdicts + _left_out(claims.objects, facts["objects"], question)
+
+
+def _left_out(named: Any, detected: list[str], question: str) -> list[Verdict]:
+    """To a question asking for every shape, each detected shape the answer does not name."""
+    if question_kind(question) not in EVERY_SHAPE:
+        return []
+    return [
+        (f"leaves out the {shape}", False, ("object", shape, "left out")) for shape in detected if shape not in named
+    ]
 
 
 def check_image_claims(answer: str, findings: tuple[ImageFindings, ...], question: str = "") -> ImageCheck:

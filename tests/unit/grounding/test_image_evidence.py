@@ -80,3 +80,12 @@ def test_a_yes_or_no_is_checked_against_the_detections():
     not_there = "Is there a green square in the image?"
     assert check_image_claims("No, there is no green square.", FINDINGS, not_there).unsupported == ()
     assert "yes: is there a green square" in check_image_claims("Yes, there is.", FINDINGS, not_there).unsupported
+
+
+def test_an_answer_naming_some_of_the_shapes_asked_for_leaves_out_the_rest():
+    partial = "There is a red circle on the left."
+    for question in ("Which shapes are in this image?", "Describe the image."):
+        assert check_image_claims(partial, FINDINGS, question).unsupported == ("leaves out the star",)
+        assert check_image_claims("A red circle and a blue star.", FINDINGS, question).unsupported == ()
+    # asked about one shape, naming only that one leaves nothing out
+    assert check_image_claims(partial, FINDINGS, "What colour is the circle?").unsupported == ()
