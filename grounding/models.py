@@ -24,7 +24,7 @@ MAX_TOKENS_PER_WINDOW = 224  # half of Whisper's 448-token context; 30 s of fast
 # naming the names and days it should expect; it costs no more here (0.8-0.9 s a clip on a busy core either way).
 BEAM_SIZE = 5
 # The beam's best transcripts, all kept: a fact any of them says is heard (grounding.scorer). They come from the same
-# beam search, so they cost nothing more.
+# beam search: no second decoding pass.
 HYPOTHESES = 5
 MAX_HINT_TOKENS = 100  # Whisper's earlier-text prompt takes at most half its 448-token context; a hint stays short
 
