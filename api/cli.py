@@ -114,7 +114,8 @@ def train_demo(args: argparse.Namespace) -> None:
     import dataclasses
     import json
 
-    from grounding.training import TrainConfig, Trainer, parse_kind_weights
+    from grounding.curriculum import parse_kind_weights
+    from grounding.training import TrainConfig, Trainer
     from serving.demo_models import DEMO_WEIGHTS_DIR, build_demo_checkpoints
 
     try:

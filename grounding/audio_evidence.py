@@ -69,12 +69,20 @@ def claim_text(key: SpokenKey) -> str:
     ).format(value)
 
 
+def transcripts(transcript: str | Sequence[str]) -> tuple[str, ...]:
+    """One transcript, or a recogniser's best few (best first), as a tuple of at least one (empty: `("",)`)."""
+    return (transcript,) if isinstance(transcript, str) else tuple(transcript) or ("",)
+
+
 def audio_claim_verdicts(answer: str, transcript: str | Sequence[str], label: str) -> list[Verdict]:
     """Each checkable claim of `answer` about the clip, worded for people, whether the clip supports it, and its
     key (numbers and colours share keys with image claims of the same value). `transcript` may be several
     transcripts of the same speech (a recogniser's best guesses): a fact any of them says is supported."""
-    alternatives = (transcript,) if isinstance(transcript, str) else tuple(transcript)
-    said = {key for text in alternatives for key in spoken_claims(extract_claims(text))} if label == "speech" else set()
+    said = (
+        {key for text in transcripts(transcript) for key in spoken_claims(extract_claims(text))}
+        if label == "speech"
+        else set()
+    )
     answer_claims = extract_claims(answer)
     verdicts: list[Verdict] = [(claim_text(k), k in said, k) for k in spoken_claims(answer_claims)]
     verdicts += [(f"the sound is {s}", s == label, ("sound", None, s)) for s in sorted(answer_claims.sounds)]

@@ -84,7 +84,7 @@ def recalibrate(weights: Path, checkpoint: Path, scenes: int = 200) -> Calibrati
 
     from safetensors.torch import load_file, save_file
 
-    from grounding.training import load_thinker
+    from grounding.thinker import load_thinker
 
     thinker, processor = load_thinker(checkpoint)
     head = LabelHead.load(checkpoint)

@@ -17,6 +17,7 @@ An answer that asserts nothing checkable (a bare "Yes.") has no claims: nothing 
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,7 +102,7 @@ def image_claim_verdicts(answer: str, findings: tuple[ImageFindings, ...], quest
     return verdicts + _left_out(claims.objects, facts["objects"], question)
 
 
-def _left_out(named: Any, detected: list[str], question: str) -> list[Verdict]:
+def _left_out(named: Collection[str], detected: list[str], question: str) -> list[Verdict]:
     """To a question asking for every shape, each detected shape the answer does not name."""
     if question_kind(question) not in EVERY_SHAPE:
         return []

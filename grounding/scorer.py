@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from grounding.audio_evidence import SOUND_TEXT, audio_claim_verdicts, sound_label
+from grounding.audio_evidence import SOUND_TEXT, audio_claim_verdicts, sound_label, transcripts
 from grounding.claims import split_claims, transcript_chunks
 from grounding.golden import IMAGE_KINDS
 from grounding.image_evidence import image_claim_verdicts
@@ -147,7 +147,7 @@ class GroundingScorer:
             label = sound_label(audio_pcm16k)
             if transcript is None:
                 transcript = self.hypotheses(audio_pcm16k) if label == "speech" else ""
-            alternatives = (transcript,) if isinstance(transcript, str) else tuple(transcript) or ("",)
+            alternatives = transcripts(transcript)
             add(audio_claim_verdicts(answer, alternatives, label))
             heard = alternatives[0] if label == "speech" and alternatives[0] else SOUND_TEXT[label]
             for sentence, best in self.claim_support(answer, heard):

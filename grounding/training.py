@@ -18,13 +18,14 @@ step counter:
    regresses onto what the best CTC path through the true words puts on its frame: that word's embedding, in the
    form answers write it (" Monday", " Emma", " seven"), or zero between words. A clip then reaches the text model
    as its words, spaced out by empty tokens, rather than as blends the adapter must learn to untangle.
-3. *joint* (`steps`): LoRA on every text layer's attention projections (`lora_targets`) learns to answer
-   questions from those tokens, on image, audio and image+audio items (one mix per step, the mixes taking turns;
-   `kind_weights` may ask some question kinds more often), while the vision merger keeps training under both the
-   answer loss and its stage loss. The audio tower stays as its stage left it (`joint_audio`). Each step also
-   carries `text_items` text-only turns answered as the untouched text model answered them (grounding.text_keep),
-   so the adapter leaves plain chat as it found it.
-The stage losses and the word targets live in grounding.stage_losses.
+3. *joint* (`steps`): LoRA on every text layer's attention projections (`lora_targets`) learns to answer questions
+   from those tokens, on image, audio and image+audio items (one mix per step, the mixes taking turns; `kind_weights`
+   may ask some question kinds more often; a lone large shape is sometimes drawn up to 3 times its size), while the
+   vision merger keeps training under both the answer loss and its stage loss. The audio tower stays as its stage
+   left it (`joint_audio`). Each step also carries `text_items` text-only turns answered as the untouched text model
+   answered them (grounding.text_keep), so the adapter leaves plain chat as it found it.
+The stage losses and the word targets live in grounding.stage_losses, what each stage sees in grounding.curriculum,
+the thinker's loading, chat template and LoRA in grounding.thinker.
 The text model's own weights stay frozen; `build-demo` merges the LoRA into them. Where the CPU multiplies bfloat16
 natively, matrix products run under bfloat16 autocast (`bf16`), about twice as fast; the weights and the optimizer
 stay float32. `init` starts from an earlier run's exported weights instead of from nothing.
@@ -52,26 +53,23 @@ import numpy as np
 
 from grounding.answers import check_answer
 from grounding.calibration import calibrate
-from grounding.golden import AUDIO_KINDS, IMAGE_KINDS, MIXES, GoldenItem, golden_set, training_items
+from grounding.curriculum import JOINT_MIX, enlarged, vision_scene, weighted_items
+from grounding.golden import MIXES, GoldenItem, golden_set, training_items
 from grounding.speech import render_clip
 from grounding.stage_losses import ATTRIBUTES, LABELS, WordTargets, audio_stage_loss, image_stage_loss, word_logits
 from grounding.text_keep import own_answers
-from grounding.world import COLOURS, MAX_REACH, SHAPES, Scene, render_scene, sample_scene
+from grounding.thinker import AUDIO_PART, install_lora, load_thinker, prompt_text
+from grounding.world import COLOURS, SHAPES, render_scene
 from serving.detection import LabelHead
 
 Progress = Callable[[str], None]
 
 TRAIN_SEED = 1
-SYSTEM_PROMPT = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"  # the served template's
-IMAGE_PART = "<|vision_start|><|IMAGE|><|vision_end|>"
-AUDIO_PART = "<|audio_bos|><|AUDIO|><|audio_eos|>"
-MEDIA_PART = {"image": IMAGE_PART, "audio": AUDIO_PART}
 WEIGHTS_NAME = "{pool}-grounding.safetensors"
 MANIFEST_NAME = "{pool}-grounding.json"
 
 
 STAGES = ("vision", "audio", "joint")
-JOINT_MIX = ("image", "audio", "image+audio", "image", "audio", "image+audio", "image", "audio")
 
 
 def native_bf16() -> bool:
@@ -103,6 +101,9 @@ class TrainConfig:
     bf16: bool = dataclasses.field(default_factory=native_bf16)
     warmup_steps: int = 30
     enlarge_share: float = 0.25  # of vision-stage scenes: one large shape drawn bigger than the world's
+    # of the joint stage's scenes that hold one large shape: that shape drawn bigger (`enlarged`), so the adapter
+    # reads a shape that fills the frame as one shape, and the merger keeps its other tokens quiet
+    joint_enlarge_share: float = 0.75
     centre_weight: float = 4.0  # of a shape's centre token's distance from its words' embeddings
     empty_weight: float = 4.0  # of the other image tokens' distance from zero
     token_weight: float = 4.0  # of each audio token's distance from its frame's word (or zero), beside CTC
@@ -149,21 +150,6 @@ class TrainConfig:
         return self.lora_alpha / self.lora_rank
 
 
-def vision_scene(rng: np.random.Generator, enlarge_share: float) -> Scene:
-    """A scene of the world, or, `enlarge_share` of the time, one large shape drawn up to 3 times the world's
-    size (as far as its place allows): pictures people bring fill more of the frame, and the tower should still
-    name a shape it sees whole."""
-    if rng.random() >= enlarge_share:
-        return sample_scene(rng)
-    scene = sample_scene(rng, n_shapes=1)
-    (shape,) = scene.shapes
-    if shape.size != "large":
-        return scene
-    room = min(shape.cx, shape.cy, scene.width - shape.cx, scene.height - shape.cy) / (MAX_REACH * shape.radius)
-    factor = float(rng.uniform(1.0, max(1.0, min(3.0, room))))
-    return dataclasses.replace(scene, shapes=(dataclasses.replace(shape, radius=round(shape.radius * factor)),))
-
-
 def _full_precision() -> Any:
     """Autocast off: the processors' own torch arithmetic (Whisper's mel filterbank) must stay float32."""
     import torch
@@ -181,98 +167,6 @@ def _lr(step: int, config: TrainConfig, steps: int) -> float:
         return config.lr * (step + 1) / config.warmup_steps
     progress = (step - config.warmup_steps) / max(1, steps - config.warmup_steps)
     return config.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
-
-
-def weighted_items(
-    items: Iterator[GoldenItem], kind_weights: tuple[tuple[str, float], ...], seed: tuple[int, ...]
-) -> Iterator[GoldenItem]:
-    """`items` thinned so each question kind turns up in proportion to its weight (a kind not named weighs 1):
-    an item is kept with probability its kind's weight over the heaviest. Seeded, so a resumed run replays it."""
-    weights = dict(kind_weights)
-    if not weights:
-        yield from items
-        return
-    if any(w <= 0 for w in weights.values()):
-        raise ValueError(f"kind weights must be positive, got {weights}")
-    unknown = set(weights) - set(IMAGE_KINDS) - set(AUDIO_KINDS)
-    if unknown:
-        raise ValueError(f"unknown question kinds {sorted(unknown)}; kinds are {IMAGE_KINDS + AUDIO_KINDS}")
-    heaviest = max(1.0, *weights.values())
-    rng = np.random.default_rng(list(seed))
-    for item in items:
-        if rng.random() < weights.get(item.kind, 1.0) / heaviest:
-            yield item
-
-
-def parse_kind_weights(text: str) -> tuple[tuple[str, float], ...]:
-    """`"describe=3,which_shapes=2"` as (kind, weight) pairs."""
-    pairs = []
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        kind, sep, weight = part.partition("=")
-        try:
-            value = float(weight)
-        except ValueError:
-            value = float("nan")
-        if not sep or not kind.strip() or not value > 0:
-            raise ValueError(f"expected kind=weight with a positive weight, got {part!r}")
-        pairs.append((kind.strip(), value))
-    return tuple(pairs)
-
-
-def prompt_text(question: str, answer: str | None = None, media: tuple[str, ...] = ("image",)) -> str:
-    """The served chat template's rendering of one user turn (the media in order, then the question)."""
-    parts = "".join(MEDIA_PART[m] for m in media)
-    text = (
-        f"<|im_start|>system\n{SYSTEM_PROMPT}<|im_end|>\n<|im_start|>user\n{parts}{question}<|im_end|>\n"
-        "<|im_start|>assistant\n"
-    )
-    return text if answer is None else text + answer + "<|im_end|>"
-
-
-def install_lora(
-    text_model: Any, rank: int, scale: float, seed: int, targets: tuple[str, ...] = ("q_proj", "v_proj")
-) -> dict[str, Any]:
-    """Wraps the `targets` projections of every layer's attention with a low-rank update; returns the trainable
-    parameters by name."""
-    import torch
-    from torch import nn
-
-    class _LoRA(nn.Module):
-        def __init__(self, base: nn.Linear) -> None:
-            super().__init__()
-            self.base = base
-            self.lora_a = nn.Parameter(torch.empty(rank, base.in_features))
-            self.lora_b = nn.Parameter(torch.zeros(base.out_features, rank))
-            nn.init.kaiming_uniform_(self.lora_a, a=math.sqrt(5))
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return self.base(x) + (x @ self.lora_a.t() @ self.lora_b.t()) * scale
-
-    torch.manual_seed(seed)
-    params: dict[str, Any] = {}
-    for i, layer in enumerate(text_model.layers):
-        for name in targets:
-            wrapped = _LoRA(getattr(layer.self_attn, name))
-            setattr(layer.self_attn, name, wrapped)
-            params[f"lora.{i}.{name}.a"] = wrapped.lora_a
-            params[f"lora.{i}.{name}.b"] = wrapped.lora_b
-    return params
-
-
-def load_thinker(checkpoint: Path) -> tuple[Any, Any]:
-    import torch
-    from safetensors.torch import load_file
-    from transformers import AutoConfig, AutoProcessor, Qwen2_5OmniThinkerForConditionalGeneration
-
-    config = AutoConfig.from_pretrained(checkpoint)
-    thinker = Qwen2_5OmniThinkerForConditionalGeneration._from_config(config.thinker_config, dtype=torch.float32)
-    state = load_file(str(checkpoint / "model.safetensors"))
-    missing, unexpected = thinker.load_state_dict(
-        {k.removeprefix("thinker."): v for k, v in state.items() if k.startswith("thinker.")}, strict=False
-    )
-    if unexpected or [m for m in missing if not m.endswith("rotary_emb.inv_freq")]:
-        raise RuntimeError(f"checkpoint {checkpoint} does not fit the thinker: {missing[:4]} {unexpected[:4]}")
-    return thinker, AutoProcessor.from_pretrained(checkpoint)
 
 
 def lineage_of(weights: Path) -> list[dict[str, Any]]:
@@ -481,9 +375,16 @@ class Trainer:
 
     def _joint_items(self, step: int) -> list[GoldenItem]:
         """Step `step`'s media items, all of one mix (the mixes take turns, step by step), so a batch holds prompts
-        of about one length and little padding."""
+        of about one length and little padding; a lone large shape is sometimes drawn bigger (`enlarged`)."""
         mix = self.items[JOINT_MIX[step % len(JOINT_MIX)]]
-        return [next(mix) for _ in range(self.config.batch)]
+        items = [next(mix) for _ in range(self.config.batch)]
+        rng = _rng(self.config, "joint", step)
+        return [
+            dataclasses.replace(item, scene=enlarged(item.scene, rng))
+            if item.scene is not None and rng.random() < self.config.joint_enlarge_share
+            else item
+            for item in items
+        ]
 
     def _audio_inputs(self, clips: list[Any]) -> dict[str, Any]:
         with _full_precision():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from grounding.audio_evidence import audio_claim_verdicts, sound_label
+from grounding.audio_evidence import audio_claim_verdicts, sound_label, transcripts
 from grounding.speech import SOUNDS, render_clip, sample_clip
 
 
@@ -54,3 +54,10 @@ def test_the_kind_of_sound_must_match_the_label():
         "the sound is speech",
         "a speaker",
     ]
+
+
+def test_one_transcript_or_several_are_read_as_a_tuple_of_at_least_one():
+    assert transcripts("Please call Emma.") == ("Please call Emma.",)
+    assert transcripts(["Please call Emma.", "Please call Anna."]) == ("Please call Emma.", "Please call Anna.")
+    assert transcripts([]) == ("",)
+    assert transcripts("") == ("",)

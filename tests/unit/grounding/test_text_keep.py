@@ -7,7 +7,7 @@ import json
 import pytest
 
 from grounding import text_keep
-from grounding.training import load_thinker, prompt_text
+from grounding.thinker import load_thinker, prompt_text
 from serving.demo_models import build_demo_checkpoints
 from tests.conftest import MODELS_DIR
 

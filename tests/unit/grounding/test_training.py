@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from itertools import islice
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import save_file
 
+from grounding.curriculum import JOINT_MIX, enlarged, parse_kind_weights, weighted_items
 from grounding.golden import IMAGE_KINDS, GoldenItem, training_items
 from grounding.speech import Clip
 from grounding.stage_losses import (
@@ -26,14 +28,9 @@ from grounding.stage_losses import (
     label_of,
     word_logits,
 )
-from grounding.training import (
-    TrainConfig,
-    Trainer,
-    parse_kind_weights,
-    prompt_text,
-    weighted_items,
-)
-from grounding.world import COLOURS, SHAPES, Scene, Shape
+from grounding.thinker import prompt_text
+from grounding.training import TrainConfig, Trainer
+from grounding.world import COLOURS, MAX_REACH, SHAPES, Scene, Shape
 from serving.demo_models import apply_grounding, merge_lora
 
 
@@ -292,3 +289,46 @@ def test_kind_weights_are_read_from_the_command_line_and_bad_ones_are_refused():
             parse_kind_weights(bad)
     with pytest.raises(ValueError, match="unknown question kinds"):
         next(weighted_items(training_items(5, ("image",)), (("painting", 2.0),), (1, 0)))
+
+
+def test_a_lone_large_shape_is_drawn_bigger_inside_the_frame_and_keeps_its_facts():
+    rng = np.random.default_rng(3)
+    lone = Scene(320, 240, (255, 255, 255), 0.0, 0, (Shape("circle", "red", "large", "centre", 160, 120, 26),))
+    drawn = [enlarged(lone, rng) for _ in range(40)]
+    radii = [scene.shapes[0].radius for scene in drawn]
+    assert min(radii) >= 26
+    assert max(radii) > 60  # up to 3 times, as far as the centre's room allows (3.85)
+    for scene in drawn:
+        (shape,) = scene.shapes
+        assert (shape.kind, shape.colour, shape.size, shape.position) == ("circle", "red", "large", "centre")
+        assert MAX_REACH * shape.radius <= min(shape.cx, shape.cy, 320 - shape.cx, 240 - shape.cy) + 1
+    small = Scene(320, 240, (255, 255, 255), 0.0, 0, (Shape("star", "blue", "small", "left", 40, 120, 13),))
+    assert enlarged(small, rng) is small
+    assert enlarged(_scene(), rng) == _scene()
+
+
+def _joint_trainer(share: float) -> Trainer:
+    """A Trainer holding only what drawing joint items needs (no model)."""
+    trainer = Trainer.__new__(Trainer)
+    trainer.config = TrainConfig(batch=8, joint_enlarge_share=share)
+    trainer.items = {mix: training_items(2, mixes=(mix,)) for mix in set(JOINT_MIX)}
+    return trainer
+
+
+def test_joint_items_draw_lone_large_shapes_bigger_and_replay_when_seeded():
+    plain, bigger, again = _joint_trainer(0.0), _joint_trainer(1.0), _joint_trainer(1.0)
+    grown = 0
+    for step in range(48):
+        before, after = plain._joint_items(step), bigger._joint_items(step)
+        assert [i.id for i in after] == [i.id for i in before]
+        assert after == again._joint_items(step)
+        for old, new in zip(before, after, strict=True):
+            assert (old.question, old.answer, old.facts) == (new.question, new.answer, new.facts)
+            lone_large = old.scene is not None and len(old.scene.shapes) == 1 and old.scene.shapes[0].size == "large"
+            if not lone_large:
+                assert new.scene == old.scene
+            elif new.scene != old.scene:
+                assert new.scene is not None
+                assert new.scene.shapes[0].radius > old.scene.shapes[0].radius
+                grown += 1
+    assert grown >= 10

@@ -1,0 +1,72 @@
+"""What `tessera models train-demo` (grounding.training) shows each stage: the vision stage's scenes, with a share
+of lone shapes drawn bigger than the world draws them, and the joint stage's items, the mixes taking turns step by
+step and the question kinds weighted as asked (`--kind-weights`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+
+import numpy as np
+
+from grounding.golden import AUDIO_KINDS, IMAGE_KINDS, GoldenItem
+from grounding.world import MAX_REACH, Scene, sample_scene
+
+# the joint stage's mix at each step, in turn: one mix per step keeps a batch's prompts about one length
+JOINT_MIX = ("image", "audio", "image+audio", "image", "audio", "image+audio", "image", "audio")
+
+
+def vision_scene(rng: np.random.Generator, enlarge_share: float) -> Scene:
+    """A scene of the world, or, `enlarge_share` of the time, one shape, drawn up to 3 times the world's size if
+    it is large (`enlarged`)."""
+    if rng.random() >= enlarge_share:
+        return sample_scene(rng)
+    return enlarged(sample_scene(rng, n_shapes=1), rng)
+
+
+def enlarged(scene: Scene, rng: np.random.Generator) -> Scene:
+    """`scene` with its shape drawn up to 3 times the world's size (as far as its place allows) when it holds one
+    large shape, else `scene` itself: pictures people bring fill more of the frame, and a shape seen whole should
+    still be one shape. Its colour, kind, size and position stay, so every answer about the scene still holds."""
+    if len(scene.shapes) != 1 or scene.shapes[0].size != "large":
+        return scene
+    (shape,) = scene.shapes
+    room = min(shape.cx, shape.cy, scene.width - shape.cx, scene.height - shape.cy) / (MAX_REACH * shape.radius)
+    factor = float(rng.uniform(1.0, max(1.0, min(3.0, room))))
+    return dataclasses.replace(scene, shapes=(dataclasses.replace(shape, radius=round(shape.radius * factor)),))
+
+
+def weighted_items(
+    items: Iterator[GoldenItem], kind_weights: tuple[tuple[str, float], ...], seed: tuple[int, ...]
+) -> Iterator[GoldenItem]:
+    """`items` thinned so each question kind turns up in proportion to its weight (a kind not named weighs 1):
+    an item is kept with probability its kind's weight over the heaviest. Seeded, so a resumed run replays it."""
+    weights = dict(kind_weights)
+    if not weights:
+        yield from items
+        return
+    if any(w <= 0 for w in weights.values()):
+        raise ValueError(f"kind weights must be positive, got {weights}")
+    unknown = set(weights) - set(IMAGE_KINDS) - set(AUDIO_KINDS)
+    if unknown:
+        raise ValueError(f"unknown question kinds {sorted(unknown)}; kinds are {IMAGE_KINDS + AUDIO_KINDS}")
+    heaviest = max(1.0, *weights.values())
+    rng = np.random.default_rng(list(seed))
+    for item in items:
+        if rng.random() < weights.get(item.kind, 1.0) / heaviest:
+            yield item
+
+
+def parse_kind_weights(text: str) -> tuple[tuple[str, float], ...]:
+    """`"describe=3,which_shapes=2"` as (kind, weight) pairs."""
+    pairs = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        kind, sep, weight = part.partition("=")
+        try:
+            value = float(weight)
+        except ValueError:
+            value = float("nan")
+        if not sep or not kind.strip() or not value > 0:
+            raise ValueError(f"expected kind=weight with a positive weight, got {part!r}")
+        pairs.append((kind.strip(), value))
+    return tuple(pairs)
