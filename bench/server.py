@@ -47,6 +47,9 @@ class LiveServer:
             return "(no server log)"
 
 
+PORT_ATTEMPTS = 3  # starts of a bench server whose port was taken meanwhile
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -128,20 +131,32 @@ def live_server(
     """A server of its own (temporary data dir, free port) serving `pools`; its demo tenant's limits are widened
     before it is handed over, and it is stopped on exit."""
     pool_list = pools if isinstance(pools, list) else [pools]
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryDirectory(prefix="tessera-bench-") as data:
-        log = Path(data) / "server.log"
         started = time.perf_counter()
-        with log.open("wb") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "api", "serve"],
-                env=_server_env(port, data, models_dir, pool_list, env or {}),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            # The port is free when chosen, but the engines start (and bind ports of their own) before the server
+            # listens; a server that lost its port to them starts again on another, in a fresh data dir.
+            port = free_port()
+            base = f"http://127.0.0.1:{port}"
+            run_dir = Path(data) / f"run{attempt}"
+            run_dir.mkdir()
+            log = run_dir / "server.log"
+            with log.open("wb") as out:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "api", "serve"],
+                    env=_server_env(port, str(run_dir), models_dir, pool_list, env or {}),
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                )
+            try:
+                _wait_healthy(proc, base, log)
+                break
+            except BenchFailure:
+                stop_process(proc)
+                if attempt == PORT_ATTEMPTS or "address already in use" not in log.read_text(errors="replace"):
+                    raise
+                progress(f"  port {port} was taken while the engines started; starting again on another")
         try:
-            _wait_healthy(proc, base, log)
             server = LiveServer(base, KEY, ADMIN_KEY, time.perf_counter() - started, log)
             stored = widen_limits(base, server.admin_headers, extra=quota)
             for p in pool_list:
