@@ -122,6 +122,8 @@ def train_demo(args: argparse.Namespace) -> None:
         kind_weights = parse_kind_weights(args.kind_weights) if args.kind_weights else None
     except ValueError as exc:
         raise SystemExit(f"error: --kind-weights: {exc}") from None
+    if args.enlarge_share is not None and not 0.0 <= args.enlarge_share <= 1.0:
+        raise SystemExit(f"error: --enlarge-share must lie in [0, 1], got {args.enlarge_share}")
     settings = Settings()
     work = args.work_dir or settings.data_dir / "train"
     pairs: tuple[tuple[str, Any], ...] = (
@@ -132,6 +134,7 @@ def train_demo(args: argparse.Namespace) -> None:
         ("init", str(args.init) if args.init else None),
         ("init_audio", False if args.audio_from_whisper else None),
         ("kind_weights", kind_weights),
+        ("enlarge_share", args.enlarge_share),
         ("seed", args.seed),
     )
     overrides: dict[str, Any] = {k: v for k, v in pairs if v is not None}
@@ -239,6 +242,12 @@ def _models_parser(sub: Any) -> None:
     train.add_argument(
         "--kind-weights",
         help="How often the joint stage asks each question kind, e.g. describe=3,which_shapes=2 (others weigh 1).",
+    )
+    train.add_argument(
+        "--enlarge-share",
+        type=float,
+        default=None,
+        help="Share of the vision stage's scenes that hold one shape, drawn up to 3 times bigger (default 0.25).",
     )
     train.add_argument(
         "--seed",

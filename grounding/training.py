@@ -607,8 +607,11 @@ class Trainer:
             "audio": ["ctc loss", "token error", "clip accuracy"],
             "joint": ["answer loss", "text loss", "cell accuracy", "clip accuracy"],
         }
+        # The starting weights are named by their run (the lineage's first entry, and `started_from_sha256`), not
+        # by a path that only meant something on the machine that trained them.
+        config = {**asdict(self.config), **({"init": "(the run of lineage[0])"} if self.config.init else {})}
         manifest = {
-            "config": asdict(self.config),
+            "config": config,
             "weights_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
             "started_from_sha256": self.init_sha256,
             "lineage": lineage_of(Path(self.config.init)) if self.config.init else [],

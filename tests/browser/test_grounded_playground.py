@@ -32,8 +32,9 @@ def _ask(page, prompt: str) -> tuple[str, float]:
 @pytest.mark.xfail(
     strict=True,
     reason="the trained large demo does not answer these reliably yet: held-out accuracy 81% "
-    "(descriptions 65%, yes/no 65%); the lone red circle is drawn 2.7 times the world's large size, and it names it, "
-    "then three shapes that are not there (at the world's size it answers right); "
+    "(descriptions 56%, yes/no 74%); the lone red circle is drawn 2.7 times the world's large size, and the vision "
+    "tower speaks from every cell it covers, so it names the circle and then shapes that are not there (at the "
+    "world's size it answers right); "
     "strict, so this fails once it passes and the mark must go",
 )
 def test_the_playground_sees_the_red_circle_and_hears_the_meeting(large_server, browser, tmp_path: Path):

@@ -332,3 +332,13 @@ def test_joint_items_draw_lone_large_shapes_bigger_and_replay_when_seeded():
                 assert new.scene.shapes[0].radius > old.scene.shapes[0].radius
                 grown += 1
     assert grown >= 10
+
+
+@pytest.mark.parametrize("share", ["1.5", "-0.1"])
+def test_an_enlarge_share_outside_zero_to_one_is_refused_before_anything_loads(share, monkeypatch, tmp_path):
+    from api.cli import main
+
+    monkeypatch.setenv("TESSERA_DATA_DIR", str(tmp_path))
+    with pytest.raises(SystemExit, match="--enlarge-share must lie in"):
+        main(["models", "train-demo", "--enlarge-share", share])
+    assert not any(tmp_path.iterdir())
