@@ -124,6 +124,10 @@ def train_demo(args: argparse.Namespace) -> None:
         raise SystemExit(f"error: --kind-weights: {exc}") from None
     if args.enlarge_share is not None and not 0.0 <= args.enlarge_share <= 1.0:
         raise SystemExit(f"error: --enlarge-share must lie in [0, 1], got {args.enlarge_share}")
+    if args.lr is not None and not 0.0 < args.lr <= 0.1:
+        raise SystemExit(f"error: --lr must lie in (0, 0.1], got {args.lr}")
+    if args.joint_vision_blocks is not None and args.joint_vision_blocks < 0:
+        raise SystemExit(f"error: --joint-vision-blocks must be 0 or more, got {args.joint_vision_blocks}")
     settings = Settings()
     work = args.work_dir or settings.data_dir / "train"
     pairs: tuple[tuple[str, Any], ...] = (
@@ -135,12 +139,17 @@ def train_demo(args: argparse.Namespace) -> None:
         ("init_audio", False if args.audio_from_whisper else None),
         ("kind_weights", kind_weights),
         ("enlarge_share", args.enlarge_share),
+        ("lr", args.lr),
+        ("joint_vision_blocks", args.joint_vision_blocks),
         ("seed", args.seed),
     )
     overrides: dict[str, Any] = {k: v for k, v in pairs if v is not None}
     config = dataclasses.replace(TrainConfig(pool=args.pool), **overrides)
     base = build_demo_checkpoints(work / "base", [args.pool], grounded=False)[args.pool]
-    trainer = Trainer(base, work / args.pool, config, progress=lambda line: print(line, flush=True))
+    try:
+        trainer = Trainer(base, work / args.pool, config, progress=lambda line: print(line, flush=True))
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
     trainer.train()
     path = trainer.export(args.out or DEMO_WEIGHTS_DIR)
     print(f"trained weights: {path}")
@@ -248,6 +257,18 @@ def _models_parser(sub: Any) -> None:
         type=float,
         default=None,
         help="Share of the vision stage's scenes that hold one shape, drawn up to 3 times bigger (default 0.25).",
+    )
+    train.add_argument(
+        "--lr",
+        type=float,
+        default=None,
+        help="Peak learning rate of every stage (default 1e-3); a continuation from --init does better lower.",
+    )
+    train.add_argument(
+        "--joint-vision-blocks",
+        type=int,
+        default=None,
+        help="How many of the vision tower's last blocks train in the joint stage (default 0: the merger only).",
     )
     train.add_argument(
         "--seed",

@@ -21,11 +21,12 @@ step counter:
 3. *joint* (`steps`): LoRA on every text layer's attention projections (`lora_targets`) learns to answer questions
    from those tokens, on image, audio and image+audio items (one mix per step, the mixes taking turns; `kind_weights`
    may ask some question kinds more often; a lone large shape is sometimes drawn up to 3 times its size), while the
-   vision merger keeps training under both the answer loss and its stage loss. The audio tower stays as its stage
-   left it (`joint_audio`). Each step also carries `text_items` text-only turns answered as the untouched text model
-   answered them (grounding.text_keep), so the adapter leaves plain chat as it found it.
+   vision merger (and the tower's last `joint_vision_blocks` blocks, when asked) keeps training under both the
+   answer loss and its stage loss. The audio tower stays as its stage left it (`joint_audio`). Each step also
+   carries `text_items` text-only turns answered as the untouched text model answered them (grounding.text_keep),
+   so the adapter leaves plain chat as it found it.
 The stage losses and the word targets live in grounding.stage_losses, what each stage sees in grounding.curriculum,
-the thinker's loading, chat template and LoRA in grounding.thinker.
+the thinker's loading, chat template and LoRA in grounding.thinker, the settings in grounding.train_config.
 The text model's own weights stay frozen; `build-demo` merges the LoRA into them. Where the CPU multiplies bfloat16
 natively, matrix products run under bfloat16 autocast (`bf16`), about twice as fast; the weights and the optimizer
 stay float32. `init` starts from an earlier run's exported weights instead of from nothing.
@@ -42,10 +43,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -59,95 +59,14 @@ from grounding.speech import render_clip
 from grounding.stage_losses import ATTRIBUTES, LABELS, WordTargets, audio_stage_loss, image_stage_loss, word_logits
 from grounding.text_keep import own_answers
 from grounding.thinker import AUDIO_PART, install_lora, load_thinker, prompt_text
+from grounding.train_config import STAGES, TrainConfig, learning_rate
 from grounding.world import COLOURS, SHAPES, render_scene
 from serving.detection import LabelHead
 
 Progress = Callable[[str], None]
 
-TRAIN_SEED = 1
 WEIGHTS_NAME = "{pool}-grounding.safetensors"
 MANIFEST_NAME = "{pool}-grounding.json"
-
-
-STAGES = ("vision", "audio", "joint")
-
-
-def native_bf16() -> bool:
-    """Whether this CPU multiplies bfloat16 matrices natively (AVX512-BF16 or AMX)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    pool: str = "large"
-    vision_steps: int = 1200
-    vision_batch: int = 16
-    audio_steps: int = 600
-    audio_batch: int = 16
-    audio_train_layers: int = 3
-    steps: int = 700  # joint
-    batch: int = 8  # media items per joint step
-    text_items: int = 1  # text-only items per joint step, answered as the untouched text model answers them
-    lr: float = 1e-3
-    lora_rank: int = 16
-    lora_alpha: float = 32.0
-    lora_targets: tuple[str, ...] = ("q_proj", "v_proj", "o_proj")
-    # matrix products under bfloat16 autocast where the CPU does bfloat16 natively (about twice as fast); the
-    # weights stay float32. Elsewhere bfloat16 is emulated and a hundred times slower, so it is off.
-    bf16: bool = dataclasses.field(default_factory=native_bf16)
-    warmup_steps: int = 30
-    enlarge_share: float = 0.25  # of vision-stage scenes: one large shape drawn bigger than the world's
-    # of the joint stage's scenes that hold one large shape: that shape drawn bigger (`enlarged`), so the adapter
-    # reads a shape that fills the frame as one shape, and the merger keeps its other tokens quiet
-    joint_enlarge_share: float = 0.75
-    centre_weight: float = 4.0  # of a shape's centre token's distance from its words' embeddings
-    empty_weight: float = 4.0  # of the other image tokens' distance from zero
-    token_weight: float = 4.0  # of each audio token's distance from its frame's word (or zero), beside CTC
-    # CTC reads an audio token as the word whose embedding lies nearest: log-odds are minus squared distances over
-    # this share of a word's squared length, so spoken numbers, whose embeddings lie close together, must land
-    # close to their own word and not merely in the numbers' neighbourhood
-    ctc_temperature: float = 0.05
-    coordinate_weight: float = 10.0
-    stage_loss_weight: float = 1.0  # of the vision and audio stage losses during the joint stage
-    # Whether the audio tower's trained layers keep training in the joint stage. They do not: the answer loss pulls
-    # their tokens off the words (a tower spelling 84% of training clips exactly fell to 51% within 110 joint steps,
-    # its CTC loss beside the answer loss).
-    joint_audio: bool = False
-    # How often the joint stage sees each question kind, relative to the others: (kind, weight) pairs; a kind left
-    # out weighs 1. Items are drawn as before and kept with probability weight / the heaviest weight, so a run that
-    # leans on the weak kinds still sees every kind. Empty: every kind equally often.
-    kind_weights: tuple[tuple[str, float], ...] = ()
-    threads: int = 2
-    seed: int = TRAIN_SEED
-    checkpoint_every: int = 50
-    # Trained weights (a `<pool>-grounding.safetensors` of an earlier run) to start from instead of the seeded
-    # random towers and a zero adapter; empty: train from nothing.
-    init: str = ""
-    # whether `init`'s audio tower (its trained part) is loaded too; False: it starts from Whisper's own weights
-    init_audio: bool = True
-
-    @property
-    def total_steps(self) -> int:
-        return self.vision_steps + self.audio_steps + self.steps
-
-    def stage(self, step: int) -> str:
-        if step < self.vision_steps:
-            return "vision"
-        return "audio" if step < self.vision_steps + self.audio_steps else "joint"
-
-    def stage_span(self, stage: str) -> tuple[int, int]:
-        """(first step, number of steps) of `stage`."""
-        lengths = {"vision": self.vision_steps, "audio": self.audio_steps, "joint": self.steps}
-        first = sum(lengths[s] for s in STAGES[: STAGES.index(stage)])
-        return first, lengths[stage]
-
-    @property
-    def lora_scale(self) -> float:
-        return self.lora_alpha / self.lora_rank
 
 
 def _full_precision() -> Any:
@@ -159,14 +78,6 @@ def _full_precision() -> Any:
 
 def _rng(config: TrainConfig, stage: str, step: int) -> np.random.Generator:
     return np.random.default_rng([config.seed, STAGES.index(stage), step])
-
-
-def _lr(step: int, config: TrainConfig, steps: int) -> float:
-    """Warm-up, then cosine decay to a tenth, over one stage of `steps` steps (`step` counts from its start)."""
-    if step < config.warmup_steps:
-        return config.lr * (step + 1) / config.warmup_steps
-    progress = (step - config.warmup_steps) / max(1, steps - config.warmup_steps)
-    return config.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
 def lineage_of(weights: Path) -> list[dict[str, Any]]:
@@ -190,6 +101,9 @@ class Trainer:
         self.progress = progress
         self.work_dir = work_dir
         self.thinker, self.processor = load_thinker(checkpoint)
+        depth = len(self.thinker.visual.blocks)
+        if config.joint_vision_blocks > depth:
+            raise ValueError(f"--joint-vision-blocks {config.joint_vision_blocks}: the vision tower has {depth} blocks")
         for p in self.thinker.parameters():
             p.requires_grad_(False)
         self.lora = install_lora(
@@ -245,9 +159,12 @@ class Trainer:
         if stage == "audio":
             return list(self.audio_trainable().values())
         audio = list(self.audio_trainable().values()) if self.config.joint_audio else []
+        depth = self.config.joint_vision_blocks
+        blocks = list(self.thinker.visual.blocks)[len(self.thinker.visual.blocks) - depth :] if depth else []
         return [
             *self.lora.values(),
             *self.thinker.visual.merger.parameters(),
+            *[p for block in blocks for p in block.parameters()],
             *audio,
             *label.parameters(),
             *coordinates.parameters(),
@@ -516,7 +433,7 @@ class Trainer:
                 self.progress(f"{self.stage} stage from step {self.step}")
             stage_start, stage_steps = config.stage_span(self.stage)
             for group in self.optimizer.param_groups:
-                group["lr"] = _lr(self.step - stage_start, config, stage_steps)
+                group["lr"] = learning_rate(self.step - stage_start, config, stage_steps)
             losses = {"vision": self.vision_loss, "audio": self.audio_loss, "joint": self.joint_loss}
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=config.bf16):
                 total, stats = losses[self.stage]()

@@ -334,11 +334,52 @@ def test_joint_items_draw_lone_large_shapes_bigger_and_replay_when_seeded():
     assert grown >= 10
 
 
-@pytest.mark.parametrize("share", ["1.5", "-0.1"])
-def test_an_enlarge_share_outside_zero_to_one_is_refused_before_anything_loads(share, monkeypatch, tmp_path):
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--enlarge-share", "1.5", "--enlarge-share must lie in"),
+        ("--enlarge-share", "-0.1", "--enlarge-share must lie in"),
+        ("--lr", "0", "--lr must lie in"),
+        ("--lr", "0.5", "--lr must lie in"),
+        ("--joint-vision-blocks", "-1", "--joint-vision-blocks must be 0 or more"),
+    ],
+)
+def test_bad_training_settings_are_refused_before_anything_loads(flag, value, message, monkeypatch, tmp_path):
     from api.cli import main
 
     monkeypatch.setenv("TESSERA_DATA_DIR", str(tmp_path))
-    with pytest.raises(SystemExit, match="--enlarge-share must lie in"):
-        main(["models", "train-demo", "--enlarge-share", share])
+    with pytest.raises(SystemExit, match=message):
+        main(["models", "train-demo", flag, value])
     assert not any(tmp_path.iterdir())
+
+
+def _stage_trainer(joint_vision_blocks: int) -> Trainer:
+    """A Trainer holding small stand-ins for the towers, the adapter and the heads (no model)."""
+    from types import SimpleNamespace
+
+    trainer = Trainer.__new__(Trainer)
+    trainer.config = TrainConfig(joint_vision_blocks=joint_vision_blocks, audio_train_layers=1)
+    visual = torch.nn.Module()
+    visual.blocks = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(4))
+    visual.merger = torch.nn.Linear(4, 4)
+    audio = torch.nn.Module()
+    audio.layers = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(2))
+    audio.proj = torch.nn.Linear(4, 4)
+    trainer.thinker = SimpleNamespace(visual=visual, audio_tower=audio)
+    trainer.heads = {"label": torch.nn.Linear(4, 2), "coordinates": torch.nn.Linear(4, 2)}
+    trainer.lora = {"lora.a": torch.nn.Parameter(torch.zeros(2))}
+    return trainer
+
+
+@pytest.mark.parametrize("depth", [0, 1, 2])
+def test_the_joint_stage_trains_the_vision_towers_last_blocks_when_asked_and_never_the_first(depth):
+    trainer = _stage_trainer(depth)
+    trained = {id(p) for p in trainer._stage_parameters("joint")}
+    blocks = trainer.thinker.visual.blocks
+    for n, block in enumerate(blocks):
+        wanted = n >= len(blocks) - depth
+        assert all((id(p) in trained) == wanted for p in block.parameters()), n
+    assert all(id(p) in trained for p in trainer.thinker.visual.merger.parameters())
+    assert id(trainer.lora["lora.a"]) in trained
+    # the audio tower stays as its stage left it
+    assert not any(id(p) in trained for p in trainer.thinker.audio_tower.parameters())
