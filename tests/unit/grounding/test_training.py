@@ -383,3 +383,13 @@ def test_the_joint_stage_trains_the_vision_towers_last_blocks_when_asked_and_nev
     assert id(trainer.lora["lora.a"]) in trained
     # the audio tower stays as its stage left it
     assert not any(id(p) in trained for p in trainer.thinker.audio_tower.parameters())
+
+
+def test_asking_for_more_joint_vision_blocks_than_the_tower_has_is_refused(monkeypatch, tmp_path):
+    from grounding import training
+
+    tower = _stage_trainer(0).thinker
+    monkeypatch.setattr(training, "load_thinker", lambda checkpoint: (tower, None))
+    with pytest.raises(ValueError, match="--joint-vision-blocks 5: the vision tower has 4 blocks"):
+        Trainer(tmp_path, tmp_path / "work", TrainConfig(joint_vision_blocks=5), progress=print)
+    assert not (tmp_path / "work").exists()
