@@ -159,8 +159,8 @@ class Trainer:
         if stage == "audio":
             return list(self.audio_trainable().values())
         audio = list(self.audio_trainable().values()) if self.config.joint_audio else []
-        depth = self.config.joint_vision_blocks
-        blocks = list(self.thinker.visual.blocks)[len(self.thinker.visual.blocks) - depth :] if depth else []
+        visual_blocks = list(self.thinker.visual.blocks)
+        blocks = visual_blocks[len(visual_blocks) - self.config.joint_vision_blocks :]
         return [
             *self.lora.values(),
             *self.thinker.visual.merger.parameters(),
