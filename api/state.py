@@ -182,7 +182,11 @@ async def build_state(settings: Settings) -> AsyncIterator[AppState]:
         bus = CompletionBus(tasks, [metrics.record_completion], journal=journal)
         grounding = (
             GroundingService.create(
-                db, tasks, registry=metrics.registry, transcript_hint=settings.grounding_transcript_hint
+                db,
+                tasks,
+                registry=metrics.registry,
+                transcript_hint=settings.grounding_transcript_hint,
+                checkpoints=[p.audio.checkpoint for p in sorted(pools.pools, key=lambda p: -p.strength) if p.audio],
             )
             if settings.grounding
             else None

@@ -49,9 +49,10 @@ class TenantQuota(SQLModel, table=True):
     monthly_token_budget: int | None = None
     monthly_cost_budget_micros: int | None = None  # in millionths of the currency unit
     tier: str = Field(default="standard", max_length=32)
-    # The grounding guardrail (grounding.guardrail): off | score | flag | block, and the score an answer must reach.
+    # The grounding guardrail (grounding.guardrail): off | score | flag | block, and the score an answer must reach
+    # (1.0: every claim supported).
     grounding_policy: str = Field(default="score", max_length=8)
-    grounding_threshold: float = 0.9
+    grounding_threshold: float = 1.0
 
 
 class InferenceRequest(SQLModel, table=True):

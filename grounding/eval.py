@@ -67,6 +67,8 @@ class ItemResult:
     flagged: bool | None  # the guardrail's verdict, None when the response carried none
     latency_s: float
     error: str | None = None
+    unsupported: list[str] | None = None  # the claims the guardrail found unsupported, None when it said nothing
+    score: float | None = None  # the guardrail's grounding score, None when it gave none
 
 
 def request_messages(item: GoldenItem) -> list[dict[str, Any]]:
@@ -83,20 +85,45 @@ def request_messages(item: GoldenItem) -> list[dict[str, Any]]:
     return [{"role": "user", "content": parts}]
 
 
-def guardrail_flag(completion: dict[str, Any]) -> bool | None:
-    """True when the server's grounding guardrail failed the answer, False when it passed it, None if silent."""
+def _grounding_object(completion: dict[str, Any]) -> dict[str, Any] | None:
     choices = completion.get("choices") or [{}]
     for holder in (choices[0], completion):
         verdict = holder.get("grounding")
         if isinstance(verdict, dict):
-            if isinstance(verdict.get("flagged"), bool):
-                return bool(verdict["flagged"])
-            if isinstance(verdict.get("passed"), bool):
-                return not verdict["passed"]
+            return verdict
+    return None
+
+
+def guardrail_flag(completion: dict[str, Any]) -> bool | None:
+    """True when the server's grounding guardrail failed the answer, False when it passed it, None if silent."""
+    verdict = _grounding_object(completion) or {}
+    if isinstance(verdict.get("flagged"), bool):
+        return bool(verdict["flagged"])
+    if isinstance(verdict.get("passed"), bool):
+        return not verdict["passed"]
+    choices = completion.get("choices") or [{}]
     return True if (choices[0].get("message") or {}).get("refusal") else None
 
 
-def _result(item: GoldenItem, model: str, answer: str, flagged: bool | None, latency: float, error: str | None):
+def guardrail_details(completion: dict[str, Any]) -> tuple[list[str] | None, float | None]:
+    """The claims the server's guardrail found unsupported and the answer's score, each None when not given."""
+    verdict = _grounding_object(completion) or {}
+    claims, score = verdict.get("unsupported_claims"), verdict.get("score")
+    return (
+        [str(c) for c in claims] if isinstance(claims, list) else None,
+        float(score) if isinstance(score, int | float) else None,
+    )
+
+
+def _result(
+    item: GoldenItem,
+    model: str,
+    answer: str,
+    flagged: bool | None,
+    latency: float,
+    error: str | None,
+    details: tuple[list[str] | None, float | None] = (None, None),
+) -> ItemResult:
     verdict = check_answer(item, answer)
     problems = [f"request failed: {error}"] if error else list(verdict.problems)
     return ItemResult(
@@ -117,6 +144,8 @@ def _result(item: GoldenItem, model: str, answer: str, flagged: bool | None, lat
         flagged=flagged,
         latency_s=round(latency, 3),
         error=error,
+        unsupported=details[0],
+        score=details[1],
     )
 
 
@@ -133,7 +162,8 @@ def ask(client: Any, model: str, item: GoldenItem, max_tokens: int) -> ItemResul
         return _result(item, model, "", None, time.perf_counter() - started, f"{type(exc).__name__}: {exc}"[:500])
     data = completion.model_dump()
     answer = (data["choices"][0]["message"].get("content") or "") if data.get("choices") else ""
-    return _result(item, model, answer, guardrail_flag(data), time.perf_counter() - started, None)
+    elapsed = time.perf_counter() - started
+    return _result(item, model, answer, guardrail_flag(data), elapsed, None, guardrail_details(data))
 
 
 def run_items(
@@ -179,9 +209,6 @@ def metrics(results: Iterable[ItemResult]) -> dict[str, Any]:
     pope = [r for r in rs if r.expected is not None]
     said_yes = [r for r in pope if r.yes_no == "yes"]
     judged = [r for r in rs if r.flagged is not None]
-    flagged = [r for r in judged if r.flagged]
-    wrong = [r for r in judged if not r.correct]
-    right = [r for r in judged if r.correct]
     return {
         "items": len(rs),
         "errors": sum(r.error is not None for r in rs),
@@ -198,15 +225,37 @@ def metrics(results: Iterable[ItemResult]) -> dict[str, Any]:
             ),
             "yes_ratio": _ratio(len(said_yes), len(pope)),
         },
-        "guardrail": None
-        if not judged
-        else {
-            "judged": len(judged),
-            "precision": _ratio(sum(not r.correct for r in flagged), len(flagged)),
-            "recall": _ratio(sum(bool(r.flagged) for r in wrong), len(wrong)),
-            "false_flag_rate": _ratio(sum(bool(r.flagged) for r in right), len(right)),
-        },
+        "guardrail": _guardrail(judged),
     }
+
+
+THRESHOLDS = (0.5, 0.75, 0.9, 1.0)  # tenant thresholds the guardrail's figures are also given at
+
+
+def _flag_figures(flags: list[tuple[bool, bool]]) -> dict[str, Any]:
+    """Precision, recall and false flags of (flagged, correct) pairs."""
+    flagged = [correct for flag, correct in flags if flag]
+    wrong = [flag for flag, correct in flags if not correct]
+    right = [flag for flag, correct in flags if correct]
+    return {
+        "precision": _ratio(sum(not c for c in flagged), len(flagged)),
+        "recall": _ratio(sum(wrong), len(wrong)),
+        "false_flag_rate": _ratio(sum(right), len(right)),
+    }
+
+
+def _guardrail(judged: list[ItemResult]) -> dict[str, Any] | None:
+    """The guardrail's figures as the server flagged, and as it would have at other thresholds (from the scores,
+    when every verdict carried one)."""
+    if not judged:
+        return None
+    out: dict[str, Any] = {"judged": len(judged), **_flag_figures([(bool(r.flagged), r.correct) for r in judged])}
+    if all(r.score is not None for r in judged):
+        out["by_threshold"] = {
+            str(t): _flag_figures([(r.score is not None and r.score < t, r.correct) for r in judged])
+            for t in THRESHOLDS
+        }
+    return out
 
 
 def summarise(results: list[ItemResult]) -> dict[str, Any]:

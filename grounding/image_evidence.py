@@ -5,7 +5,8 @@ The detections become facts of the synthetic world: which shapes are there, each
 axis it is furthest along), and how many. Size is not judged: at the served resolution a shape covers one to a
 few tokens whatever its size. Claims come from `grounding.answers.extract_claims`, and each is supported or not:
 - an object: a detected shape; anything else (a woman, a tree) is unsupported;
-- a colour bound to a shape: that shape was detected in that colour; an unbound colour: some shape has it;
+- a colour bound to a shape: that shape was detected in that colour; an unbound colour: some shape has it, except
+  in answer to what colour a shape is, where every colour named is that shape's;
 - a position bound to a shape: that shape's position;
 - a count of shapes: the number of shapes detected;
 - a yes or no to "is there a <colour> <shape>": whether that shape was detected in that colour;
@@ -78,7 +79,7 @@ def image_claim_verdicts(answer: str, findings: tuple[ImageFindings, ...], quest
     verdicts: list[Verdict] = []
     for obj in sorted(claims.objects):
         verdicts.append((f"a {obj}", obj in facts["objects"], ("object", obj, "")))
-    for noun, colour in claims.colours:
+    for noun, colour in _bind_to_asked(claims.colours, question):
         if noun is None:
             verdicts.append((f"something {colour}", colour in colours.values(), ("colour", None, colour)))
         elif noun in SHAPE_NOUNS:
@@ -100,6 +101,17 @@ def image_claim_verdicts(answer: str, findings: tuple[ImageFindings, ...], quest
                 (f"{claims.yes_no}: is there a {colour} {shape}", claims.yes_no == expected, ("exists", shape, colour))
             )
     return verdicts + _left_out(claims.objects, facts["objects"], question)
+
+
+def _bind_to_asked(colours: list[tuple[str | None, str]], question: str) -> list[tuple[str | None, str]]:
+    """To "what colour is the <shape>", every colour the answer names is said of that shape, bound or not ("The
+    circle is red, blue and green" gives the circle three colours, not one and two loose ones)."""
+    if question_kind(question) != "colour_of":
+        return colours
+    asked = sorted(extract_claims(question).objects & SHAPE_NOUNS)
+    if len(asked) != 1:
+        return colours
+    return [(asked[0] if noun is None else noun, colour) for noun, colour in colours]
 
 
 def _left_out(named: Collection[str], detected: list[str], question: str) -> list[Verdict]:

@@ -13,6 +13,7 @@ _COLUMNS = (
     ("pope.accuracy", "POPE yes/no accuracy"),
     ("guardrail.precision", "guardrail precision"),
     ("guardrail.recall", "guardrail recall"),
+    ("guardrail.false_flag_rate", "false flags"),
 )
 _STYLE = (
     "body{font-family:system-ui,sans-serif;margin:2rem;color:#222}table{border-collapse:collapse;margin:.5rem 0 1.5rem}"
@@ -57,17 +58,30 @@ def render_html(report: dict[str, Any], max_wrong: int = 40) -> str:
         parts.append(_table("Overall", {"all": summary["overall"]}))
         parts.append(_table("By modality mix", summary["by_mix"]))
         parts.append(_table("By question kind", summary["by_kind"]))
+        at = (summary["overall"].get("guardrail") or {}).get("by_threshold")
+        if at:
+            rows = "".join(
+                f"<tr><td>{escape(t)}</td>"
+                + "".join(f"<td>{cell(f, k)}</td>" for k in ("precision", "recall", "false_flag_rate"))
+                + "</tr>"
+                for t, f in at.items()
+            )
+            parts.append(
+                "<h3>Guardrail at other tenant thresholds</h3><table><tr><th>threshold</th><th>precision</th>"
+                f"<th>recall</th><th>false flags</th></tr>{rows}</table>"
+            )
         wrong = [r for r in run["results"] if not r["correct"]][:max_wrong]
         if wrong:
             rows = "".join(
                 f"<tr><td>{escape(r['id'])}</td><td class='text'>{escape(r['question'])}</td>"
                 f"<td class='text'>{escape(r['answer'])}</td><td class='text'>{escape(r['reference'])}</td>"
-                f"<td class='text'>{escape('; '.join(r['problems']))}</td></tr>"
+                f"<td class='text'>{escape('; '.join(r['problems']))}</td>"
+                f"<td>{'—' if r.get('flagged') is None else ('flagged' if r['flagged'] else 'passed')}</td></tr>"
                 for r in wrong
             )
             parts.append(
                 f"<h3>Wrong answers (first {len(wrong)})</h3><table><tr><th>item</th><th>question</th><th>answer</th>"
-                f"<th>reference</th><th>why</th></tr>{rows}</table>"
+                f"<th>reference</th><th>why</th><th>guardrail</th></tr>{rows}</table>"
             )
     parts.append("</body></html>")
     return "".join(parts)

@@ -1,17 +1,21 @@
-"""The grounding score: the fraction of an answer's claims that the request's audio transcript supports.
+"""The grounding score: the fraction of an answer's claims that the request's media support.
 
-How a score is made:
-1. Only audio can ground an answer here: there is no image captioner, so a request without audio gets no
-   score (None), not a zero. Audio (float32 mono 16 kHz) is transcribed with Whisper tiny.en (CTranslate2,
-   int8, 5 beams, 30 s windows; windows Whisper judges to be silence are dropped).
-2. The answer is split into claims: its sentences and list items, less lead-ins that end in ':' and
-   fragments of fewer than three words ("Sure!"), which state nothing to check.
-3. The transcript is split into chunks: every run of one to three consecutive sentences, with run-on
-   sentences cut into 40-word windows.
-4. Claims and chunks are embedded with all-MiniLM-L6-v2 (mean pooled, L2-normalised). A claim is supported
-   when its best cosine similarity to any chunk is at least `SUPPORT_THRESHOLD`.
-5. The score is supported claims / claims. An answer with no claims (empty, or filler only) scores 0.0, and
-   so does any answer when the audio held no speech: there is nothing to support it.
+How a score is made (`GroundingScorer.score_media`):
+1. Evidence. Images: what the answering pool's vision tower detected (its label head; serving.detection). Audio
+   (float32 mono 16 kHz): a sound label read off the signal, and for speech Whisper tiny.en's five best transcripts
+   (CTranslate2, int8, 5 beams, 30 s windows; windows Whisper judges to be silence are dropped) plus, where a
+   served checkpoint's audio tower was trained for the demo world, the words that tower hears (grounding.hearing).
+   A request with neither gets no score (None), not a zero.
+2. Facts (objects, colours, positions, counts, yes/no; names, days, numbers, things, sounds) are checked one by
+   one against the evidence (grounding.image_evidence, grounding.audio_evidence): a spoken fact any transcript
+   says is supported.
+3. Other sentences are checked for topical support: the answer is split into claims (its sentences and list
+   items, less lead-ins that end in ':' and fragments of fewer than three words, such as "Sure!"), the best
+   transcript into chunks (every run of one to three consecutive sentences, run-on sentences cut into 40-word
+   windows), both embedded with all-MiniLM-L6-v2 (mean pooled, L2-normalised); a claim is supported when its best
+   cosine similarity to any chunk is at least `SUPPORT_THRESHOLD`.
+4. The score is supported claims / claims. With audio, an answer with no claims scores 0.0, and so does any answer
+   about a clip that held no speech.
 
 Calibration of `SUPPORT_THRESHOLD` (0.55), measured on a two-sentence spoken transcript about an invoice and a
 train (tests/unit/grounding/test_scorer.py holds these examples): restatements and paraphrases scored 0.60-0.91 ("You
@@ -20,12 +24,13 @@ topic words but assert something it never said scored 0.26-0.48 ("The invoice wa
 last year." 0.48). 0.55 sits between the two groups. The score measures topical support, not entailment: a claim
 that contradicts the transcript in the same words can still pass.
 
-Cost, measured on 2 busy CPU cores: loading both models takes about 2 s (Whisper 0.6 s, MiniLM 1.5 s; lazily,
-once, on first use or `load()`); transcribing 3 s of speech 0.6 s; scoring a three-sentence answer 0.03 s, and
-twenty claims against a 60-sentence transcript 1.4 s. Calls block, so the server runs them in a worker thread
-(`asyncio.to_thread`), never on the event loop; concurrent calls are safe. Each model uses one core: Whisper
-through CTranslate2's intra_threads=1, MiniLM on a dedicated thread whose OpenMP thread count alone is 1
-(torch.set_num_threads would change the whole process, engine included).
+Cost, measured on 2 busy CPU cores: loading the models takes about 2 s (Whisper 0.6 s, MiniLM 1.5 s; lazily,
+once, on first use or `load()`); transcribing 3 s of speech 0.6 s, and the tower's reading of it 0.07 s; scoring a
+three-sentence answer 0.03 s, and twenty claims against a 60-sentence transcript 1.4 s. Calls block, so the server
+runs them in a worker thread, never on the event loop; concurrent calls are safe. Whisper uses one core
+(CTranslate2's intra_threads=1) and MiniLM one (a dedicated thread whose OpenMP thread count alone is 1:
+torch.set_num_threads would change the whole process, engine included); the tower's short reading runs on torch's
+threads.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import numpy as np
 from grounding.audio_evidence import SOUND_TEXT, audio_claim_verdicts, sound_label, transcripts
 from grounding.claims import split_claims, transcript_chunks
 from grounding.golden import IMAGE_KINDS
+from grounding.hearing import AudioWordReader
 from grounding.image_evidence import image_claim_verdicts
 from grounding.models import MiniLMEmbedder, WhisperTranscriber, default_minilm_dir, default_whisper_dir
 from grounding.questions import question_kind
@@ -64,15 +70,19 @@ class GroundingScorer:
         minilm_dir: Path | None = None,
         support_threshold: float = SUPPORT_THRESHOLD,
         transcript_hint: str = "",
+        audio_reader: AudioWordReader | None = None,
     ) -> None:
         self._whisper = WhisperTranscriber(whisper_dir or default_whisper_dir(), hint=transcript_hint)
         self._minilm = MiniLMEmbedder(minilm_dir or default_minilm_dir())
+        self._reader = audio_reader
         self.support_threshold = support_threshold
 
     def load(self) -> None:
-        """Loads both models now rather than on the first request (idempotent)."""
+        """Loads the models now rather than on the first request (idempotent)."""
         self._whisper.load()
         self._minilm.load()
+        if self._reader is not None:
+            self._reader.load()
 
     def close(self) -> None:
         """Stops the embedding thread; the scorer cannot be used afterwards."""
@@ -83,8 +93,13 @@ class GroundingScorer:
         return self._whisper.transcribe(pcm16k)
 
     def hypotheses(self, pcm16k: np.ndarray) -> tuple[str, ...]:
-        """Whisper's best transcripts of the samples, best first (what `score_media` checks spoken facts against)."""
-        return self._whisper.hypotheses(pcm16k)
+        """Whisper's best transcripts of the samples, best first, then what the audio reader's tower heard in them,
+        where there is a reader: what `score_media` checks spoken facts against."""
+        heard = self._whisper.hypotheses(pcm16k)
+        if self._reader is None:
+            return heard
+        reading = self._reader.read(pcm16k)
+        return (*heard, reading) if reading else heard
 
     def claim_support(self, answer: str, transcript: str) -> list[tuple[str, float]]:
         """Each claim of `answer` with its best cosine similarity to any chunk of `transcript` (0.0 if none)."""

@@ -17,7 +17,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,6 +29,7 @@ from sqlalchemy import Engine
 from db.usage import set_grounding_score
 from grounding.audio_evidence import sound_label
 from grounding.guardrail import Verdict, scores, waits_for_verdict
+from grounding.hearing import AudioWordReader
 from grounding.questions import question_kind
 from grounding.scorer import GroundingScorer
 from serving.background import BackgroundTasks
@@ -62,11 +65,22 @@ class GroundingService:
 
     @classmethod
     def create(
-        cls, db: Engine, tasks: BackgroundTasks, *, registry: Any, transcript_hint: str = ""
+        cls,
+        db: Engine,
+        tasks: BackgroundTasks,
+        *,
+        registry: Any,
+        transcript_hint: str = "",
+        checkpoints: Sequence[Path] = (),
     ) -> GroundingService | None:
-        """The service, or None (with a warning) when the scorer's model files are not installed."""
+        """The service, or None (with a warning) when the scorer's model files are not installed. The first of
+        `checkpoints` (strongest first) whose audio tower was trained to speak words lends its reading of every
+        clip as evidence (grounding.hearing)."""
         try:
-            scorer = GroundingScorer(transcript_hint=transcript_hint)
+            reader = next(filter(None, (AudioWordReader.find(c) for c in checkpoints)), None)
+            if reader is not None:
+                logger.info("grounding hears clips with the audio tower of %s too", reader.checkpoint)
+            scorer = GroundingScorer(transcript_hint=transcript_hint, audio_reader=reader)
         except FileNotFoundError as exc:
             logger.warning("grounding scores are off: %s", exc)
             return None

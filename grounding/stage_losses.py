@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -50,29 +51,21 @@ class WordTargets:
     `attribute_vectors` hold each attribute's words (`ATTRIBUTES`) in order; `shape_vector` is the token a shape's
     centre should carry (its colour, kind, size and position words' embeddings, summed and halved, so about as long
     as one word's); `word_vectors` row i + 1 is the embedding of CTC class i + 1 as the text model reads that word
-    (row 0, CTC's blank, is zero: frames between words carry nothing)."""
+    (row 0, CTC's blank, is zero: frames between words carry nothing). `table` is the text model's input embedding
+    matrix."""
 
-    def __init__(self, thinker: Any, tokenizer: Any) -> None:
+    def __init__(self, table: Any, tokenizer: Any) -> None:
         import torch
 
-        table = thinker.model.embed_tokens.weight.detach().float()
-
-        def pieces(form: str) -> list[int]:
-            return list(tokenizer(form, add_special_tokens=False)["input_ids"])
+        table = table.detach().float()
 
         def vector(word: str) -> Any:
-            return table[pieces(" " + word)].mean(0)
-
-        def spoken(word: str) -> Any:
-            # the form with the fewest pieces; on a tie, names and days capitalised (as answers write them)
-            lower, upper = " " + word, " " + word.capitalize()
-            forms = [upper, lower] if word in _CAPITALISED else [lower, upper]
-            return table[min((pieces(f) for f in forms), key=len)].mean(0)
+            return table[_pieces(tokenizer, " " + word)].mean(0)
 
         self.attribute_vectors = {k: torch.stack([vector(w) for w in words]) for k, words in ATTRIBUTES.items()}
         self.vocabulary = ctc_vocabulary()
         self.index = {w: i + 1 for i, w in enumerate(self.vocabulary)}  # 0 is CTC's blank
-        self.word_vectors = torch.cat([table.new_zeros(1, table.shape[1])] + [spoken(w)[None] for w in self.vocabulary])
+        self.word_vectors = spoken_word_vectors(table, tokenizer, self.vocabulary)
         self.norm = float(table.norm(dim=-1).mean())
 
     def shape_vector(self, shape: Shape) -> Any:
@@ -80,6 +73,38 @@ class WordTargets:
             sum(self.attribute_vectors[name][words.index(getattr(shape, name))] for name, words in ATTRIBUTES.items())
             / 2
         )
+
+
+def _pieces(tokenizer: Any, form: str) -> list[int]:
+    return list(tokenizer(form, add_special_tokens=False)["input_ids"])
+
+
+def spoken_word_vectors(table: Any, tokenizer: Any, words: Sequence[str]) -> Any:
+    """[len(words) + 1, hidden]: a zero row (CTC's blank), then each word's embedding as the text model reads it: the
+    mean of its pieces' rows of `table`, in the form with the fewest pieces (on a tie, names and days capitalised,
+    as answers write them)."""
+    import torch
+
+    table = table.detach().float()
+
+    def spoken(word: str) -> Any:
+        lower, upper = " " + word, " " + word.capitalize()
+        forms = [upper, lower] if word in _CAPITALISED else [lower, upper]
+        return table[min((_pieces(tokenizer, f) for f in forms), key=len)].mean(0)
+
+    return torch.cat([table.new_zeros(1, table.shape[1])] + [spoken(w)[None] for w in words])
+
+
+def read_words(log_odds: Any, vocabulary: Sequence[str]) -> list[str]:
+    """Greedy CTC reading of per-token class log-odds ([tokens, 1 + len(vocabulary)], class 0 the blank): each
+    token's likeliest class, repeats merged, blanks dropped."""
+    words: list[str] = []
+    previous = 0
+    for k in log_odds.argmax(-1).tolist():
+        if k not in (previous, 0):
+            words.append(vocabulary[k - 1])
+        previous = k
+    return words
 
 
 def _capitalised() -> frozenset[str]:

@@ -114,7 +114,7 @@ class Trainer:
             "label": torch.nn.Linear(hidden, LABELS),
             "coordinates": torch.nn.Linear(hidden, 2),
         }
-        self.targets = WordTargets(self.thinker, self.processor.tokenizer)
+        self.targets = WordTargets(self.thinker.model.embed_tokens.weight, self.processor.tokenizer)
         self.step = 0
         self.history: list[dict[str, float]] = []
         self.init_sha256: str | None = None
@@ -509,7 +509,12 @@ class Trainer:
         tensors.update({"label_head.weight": head.weight.detach().contiguous(), "label_head.bias": bias})
         out_dir.mkdir(parents=True, exist_ok=True)
         path = out_dir / WEIGHTS_NAME.format(pool=self.config.pool)
-        save_file(tensors, str(path), metadata={"lora_scale": str(self.config.lora_scale), "labels": json.dumps(names)})
+        metadata = {
+            "lora_scale": str(self.config.lora_scale),
+            "labels": json.dumps(names),
+            "audio_words": json.dumps(list(self.targets.vocabulary)),  # CTC class i + 1, as grounding.hearing reads
+        }
+        save_file(tensors, str(path), metadata=metadata)
 
         def mean_of(key: str, stage: str) -> float | None:
             values = [h[key] for h in self.history if key in h and self.config.stage(int(h["step"]) - 1) == stage]

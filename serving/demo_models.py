@@ -23,10 +23,13 @@ MANIFEST_NAME = "tessera-demo.json"
 # Trained grounding weights (`tessera models train-demo`), committed: `<pool>-grounding.safetensors` holds the vision
 # tower (`thinker.visual.*`), the trained part of the audio tower (`thinker.audio_tower.*`), LoRA updates for the text
 # model's q and v (`lora.<layer>.<q_proj|v_proj>.<a|b>`, with the scale in the metadata) and the tower's label head
-# (`label_head.*`). A pool without one keeps random towers.
+# (`label_head.*`); its metadata names the labels and, where the audio tower was trained to speak the world's words,
+# those words (`audio_words`, written beside the label head for grounding.hearing). A pool without one keeps random
+# towers.
 DEMO_WEIGHTS_DIR = Path(__file__).resolve().parent / "demo_weights"
 LABEL_HEAD_FILE = "grounding/label_head.safetensors"  # as serving.detection reads it; not at the top, where vLLM
 # would load it as model weights
+AUDIO_WORDS_FILE = "grounding/audio_words.json"
 
 # vLLM's chat formatting hard-codes these marker names for Qwen2.5-Omni.
 MEDIA_TOKENS = {
@@ -228,7 +231,8 @@ def apply_grounding(state: dict[str, Any], path: Path) -> tuple[dict[str, Any], 
     state.update(audio)
     merge_lora(state, {k: v for k, v in tensors.items() if k.startswith("lora.")}, scale)
     head = {k.removeprefix("label_head."): v for k, v in tensors.items() if k.startswith("label_head.")}
-    return head, {"labels": metadata.get("labels", "[]")}
+    words = {"audio_words": metadata["audio_words"]} if "audio_words" in metadata else {}
+    return head, {"labels": metadata.get("labels", "[]"), **words}
 
 
 def build_demo_checkpoints(
@@ -447,7 +451,10 @@ def _build_one(spec: DemoSpec, path: Path, source: _SmolLM2Source, progress: Pro
     save_file(state, str(staging / "model.safetensors"), metadata={"format": "pt"})
     if head:
         (staging / LABEL_HEAD_FILE).parent.mkdir()
-        save_file(head, str(staging / LABEL_HEAD_FILE), metadata=head_metadata)
+        save_file(head, str(staging / LABEL_HEAD_FILE), metadata={"labels": head_metadata["labels"]})
+    if "audio_words" in head_metadata:
+        (staging / AUDIO_WORDS_FILE).parent.mkdir(exist_ok=True)
+        (staging / AUDIO_WORDS_FILE).write_text(json.dumps({"words": json.loads(head_metadata["audio_words"])}) + "\n")
     config.save_pretrained(staging)
     _build_processor(spec, tokenizer).save_pretrained(staging)
     # transformers' from_pretrained for the Omni class expects a speaker map even without a talker.

@@ -22,6 +22,7 @@ from grounding.eval import (
     add_eval_parser,
     check_well_formed,
     gate,
+    guardrail_details,
     guardrail_flag,
     metrics,
     request_messages,
@@ -70,6 +71,20 @@ def test_guardrail_precision_and_recall():
     assert g == {"judged": 5, "precision": 0.6667, "recall": 1.0, "false_flag_rate": 0.3333}
 
 
+def test_guardrail_figures_at_other_thresholds_come_from_the_scores():
+    scores = [0.8, 0.5, 1.0, 0.95, 1.0]  # right, wrong, right, wrong, right; flagged as a 0.9 threshold would
+    judged = [
+        ItemResult(**{**r.__dict__, "flagged": sc < 0.9, "score": sc}) for r, sc in zip(RESULTS, scores, strict=True)
+    ]
+    g = metrics(judged)["guardrail"]
+    assert g["by_threshold"]["0.9"] == {"precision": 0.5, "recall": 0.5, "false_flag_rate": 0.3333}
+    assert g["by_threshold"]["1.0"] == {"precision": 0.6667, "recall": 1.0, "false_flag_rate": 0.3333}
+    assert g["by_threshold"]["0.5"] == {"precision": None, "recall": 0.0, "false_flag_rate": 0.0}
+    assert [g[k] for k in ("precision", "recall")] == [0.5, 0.5]  # as the server flagged
+    unscored = [ItemResult(**{**r.__dict__, "flagged": False}) for r in RESULTS]
+    assert "by_threshold" not in metrics(unscored)["guardrail"], "no scores: no figures at other thresholds"
+
+
 def test_slices_and_gate():
     summary = summarise(RESULTS)
     assert set(summary["by_mix"]) == {"image", "audio"}
@@ -97,6 +112,12 @@ def test_slices_and_gate():
 )
 def test_guardrail_verdict_is_read_not_invented(completion, flag):
     assert guardrail_flag(completion) is flag
+
+
+def test_guardrail_details_are_read_where_given():
+    verdict = {"flagged": True, "score": 0.5, "unsupported_claims": ["a square"]}
+    assert guardrail_details({"choices": [{"message": {}, "grounding": verdict}]}) == (["a square"], 0.5)
+    assert guardrail_details({"choices": [{"message": {}}], "grounding": {"flagged": True}}) == (None, None)
 
 
 def test_request_carries_media_in_order_then_the_question():

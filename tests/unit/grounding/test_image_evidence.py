@@ -89,3 +89,12 @@ def test_an_answer_naming_some_of_the_shapes_asked_for_leaves_out_the_rest():
         assert check_image_claims("A red circle and a blue star.", FINDINGS, question).unsupported == ()
     # asked about one shape, naming only that one leaves nothing out
     assert check_image_claims(partial, FINDINGS, "What colour is the circle?").unsupported == ()
+
+
+def test_every_colour_named_for_an_asked_shape_is_said_of_that_shape():
+    question = "Which colour is the circle in the picture?"
+    many = check_image_claims("The circle is red, blue and green.", FINDINGS, question)
+    assert set(many.unsupported) == {"the circle is blue", "the circle is green"}
+    assert check_image_claims("The circle is red.", FINDINGS, question).unsupported == ()
+    # asked about something else, a loose colour is any shape's: the star is blue
+    assert check_image_claims("The circle is red, and blue.", FINDINGS, "Where is the circle?").unsupported == ()

@@ -1,0 +1,130 @@
+"""What a trained audio tower hears: the words its tokens speak, read without the text model.
+
+`tessera models train-demo` trains a checkpoint's audio tower with CTC over the audio world's words, each token
+read as the word whose text-model embedding lies nearest (grounding.stage_losses). The tower's own reading is then
+a transcript made by the same tower the answering model listens with, so it can serve the grounding scorer as
+evidence beside Whisper's. Such a checkpoint carries `grounding/audio_words.json` (`{"words": [...]}`: CTC class
+i + 1 is word i, class 0 the blank), written by `build-demo` from the trained weights.
+
+Reading a clip: the checkpoint's feature extractor (as the audio pool computes the engine's input), the tower (its
+`thinker.audio_tower.*` weights, float32), each token's nearest word or blank, repeats merged and
+blanks dropped. Names and weekdays are capitalised and a full stop ends the reading, as a sentence would be written.
+
+Measured on 120 spoken clips drawn apart from every training and golden set (two busy cores): 0.07 s a clip;
+116 read word for word. As evidence beside Whisper tiny.en's five best transcripts, true statements of the clips
+were flagged in 1 clip of the 120 (16 with Whisper alone), and statements with one fact changed went unflagged in 2
+(2 with Whisper alone). The tower only knows the world's words: on other speech its reading is noise in that
+vocabulary, which could lend a fact support it does not have; a checkpoint without the file gets no reading.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from grounding.stage_losses import read_words, spoken_word_vectors
+from serving.demo_models import AUDIO_WORDS_FILE
+
+logger = logging.getLogger(__name__)
+PREFIX = "thinker.audio_tower."
+
+
+def _capitalised() -> frozenset[str]:
+    from grounding.speech import NAMES, WEEKDAYS
+
+    return frozenset(w.lower() for w in (*NAMES, *WEEKDAYS))
+
+
+def sentence(words: list[str]) -> str:
+    """The words as written: names and weekdays capitalised, the first word too, and a full stop."""
+    if not words:
+        return ""
+    names = _capitalised()
+    text = " ".join(w.capitalize() if w in names else w for w in words)
+    return text[0].upper() + text[1:] + "."
+
+
+class AudioWordReader:
+    """Reads clips with a checkpoint's trained audio tower. Construction only locates the files; the tower loads
+    on first use (or `load()`), once; `read` is safe from several threads."""
+
+    def __init__(self, checkpoint: Path, words: list[str]) -> None:
+        self.checkpoint = checkpoint
+        self.words = words
+        self._lock = threading.Lock()
+        self._loaded: tuple[Any, Any, Any, float] | None = None
+
+    @classmethod
+    def find(cls, checkpoint: Path) -> AudioWordReader | None:
+        """The reader of `checkpoint`'s audio tower, or None when the tower was not trained to speak words."""
+        path = checkpoint / AUDIO_WORDS_FILE
+        if not path.is_file():
+            return None
+        words = json.loads(path.read_text()).get("words")
+        if not isinstance(words, list) or not words or not all(isinstance(w, str) for w in words):
+            raise ValueError(f"{path} holds no word list")
+        return cls(checkpoint, words)
+
+    def load(self) -> None:
+        self._model()
+
+    def _model(self) -> tuple[Any, Any, Any, float]:
+        with self._lock:
+            if self._loaded is None:
+                self._loaded = self._load()
+            return self._loaded
+
+    def _load(self) -> tuple[Any, Any, Any, float]:
+        import torch
+        from safetensors import safe_open
+        from transformers import AutoConfig, AutoTokenizer, WhisperFeatureExtractor
+        from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import Qwen2_5OmniAudioEncoder
+
+        config = AutoConfig.from_pretrained(self.checkpoint)
+        thinker = getattr(config, "thinker_config", config)
+        tower = Qwen2_5OmniAudioEncoder._from_config(thinker.audio_config, dtype=torch.float32)
+        state: dict[str, Any] = {}
+        table = None
+        for path in sorted(self.checkpoint.glob("*.safetensors")):
+            with safe_open(str(path), framework="pt") as f:
+                for key in f.keys():  # noqa: SIM118 (safe_open is not a dict)
+                    if key.startswith(PREFIX):
+                        state[key[len(PREFIX) :]] = f.get_tensor(key)
+                    elif key.endswith("model.embed_tokens.weight"):
+                        table = f.get_tensor(key)
+        missing, _ = tower.load_state_dict(state, strict=False)
+        if missing or table is None:
+            raise RuntimeError(f"audio tower or text embeddings missing from {self.checkpoint}: {missing[:5]}")
+        tower.eval()
+        tokenizer = AutoTokenizer.from_pretrained(self.checkpoint)
+        vectors = spoken_word_vectors(table, tokenizer, self.words)
+        scale = float(table.float().norm(dim=-1).mean()) ** 2
+        extractor = WhisperFeatureExtractor.from_pretrained(self.checkpoint)
+        logger.info("audio word reader of %s loaded (%d words)", self.checkpoint, len(self.words))
+        return tower, extractor, vectors, scale
+
+    def read(self, pcm16k: np.ndarray) -> str:
+        """The words the tower hears in float32 mono 16 kHz samples (its first 30 s), as a sentence; "" for none."""
+        import torch
+
+        tower, extractor, vectors, scale = self._model()
+        samples = np.asarray(pcm16k, dtype=np.float32).reshape(-1)
+        if samples.size == 0:
+            return ""
+        out = extractor(
+            samples, sampling_rate=16_000, return_attention_mask=True, padding="max_length", return_tensors="pt"
+        )
+        frames = int(out["attention_mask"].sum())
+        features = out["input_features"][0][:, :frames].float()
+        lengths = torch.tensor([frames])
+        after_cnn, _ = tower._get_feat_extract_output_lengths(lengths)
+        with torch.inference_mode():
+            tokens = tower(features, feature_lens=lengths, aftercnn_lens=after_cnn).last_hidden_state
+            # The likeliest class is the nearest word vector (or the blank's zero); the scale does not change it.
+            log_odds = -(torch.cdist(tokens.float(), vectors) ** 2) / scale
+        return sentence(read_words(log_odds, self.words))
