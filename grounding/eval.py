@@ -12,32 +12,27 @@ from __future__ import annotations
 import argparse
 import base64
 import json
-import math
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Protocol
 
 from grounding.answers import check_answer
+from grounding.eval_metrics import GATE, EvalFailure, ItemResult, check_well_formed, gate, summarise
 from grounding.golden import GOLDEN_DIR, GoldenItem, read_items, write_golden_sets
 from grounding.report import cell, render_html
 from grounding.speech import wav_bytes
 from grounding.world import png_bytes
 
 Progress = Callable[[str], None]
-GATE = {"accuracy_min": 0.90, "hallucination_max": 0.04}
 DEFAULT_MODEL, SMOKE_MODEL = "large", "small"
 DEFAULT_MAX_TOKENS, SMOKE_MAX_TOKENS = 96, 16
 DEFAULT_BUDGET_S, SMOKE_BUDGET_S = 4 * 3600.0, 600.0
 REQUEST_TIMEOUT_S = 300.0
-
-
-class EvalFailure(RuntimeError):
-    """The eval could not run every step, or its results are malformed."""
 
 
 class Server(Protocol):
@@ -46,29 +41,6 @@ class Server(Protocol):
 
 
 Launcher = Callable[..., AbstractContextManager[Server]]  # (models, progress, guardrail=policy)
-
-
-@dataclass
-class ItemResult:
-    id: str
-    model: str
-    mix: str
-    target: str
-    kind: str
-    question: str
-    reference: str
-    answer: str
-    correct: bool
-    problems: list[str]
-    objects: list[str]
-    hallucinated: list[str]
-    yes_no: str | None
-    expected: str | None  # the reference yes/no of an "exists" item
-    flagged: bool | None  # the guardrail's verdict, None when the response carried none
-    latency_s: float
-    error: str | None = None
-    unsupported: list[str] | None = None  # the claims the guardrail found unsupported, None when it said nothing
-    score: float | None = None  # the guardrail's grounding score, None when it gave none
 
 
 def request_messages(item: GoldenItem) -> list[dict[str, Any]]:
@@ -196,109 +168,6 @@ def run_items(
             answer = result.answer[:60]
             progress(f"  {model} [{number}/{len(items)}] {mark} {item.id} {item.kind}: {answer!r} ({right} right)")
     return results
-
-
-def _ratio(numerator: int, denominator: int) -> float | None:
-    return round(numerator / denominator, 4) if denominator else None
-
-
-def metrics(results: Iterable[ItemResult]) -> dict[str, Any]:
-    """Accuracy, CHAIR (per mention and per answer), POPE yes/no and guardrail precision/recall of `results`."""
-    rs = list(results)
-    mentioned = sum(len(r.objects) for r in rs)
-    pope = [r for r in rs if r.expected is not None]
-    said_yes = [r for r in pope if r.yes_no == "yes"]
-    judged = [r for r in rs if r.flagged is not None]
-    return {
-        "items": len(rs),
-        "errors": sum(r.error is not None for r in rs),
-        "accuracy": _ratio(sum(r.correct for r in rs), len(rs)),
-        "objects_mentioned": mentioned,
-        "hallucination_rate": _ratio(sum(len(r.hallucinated) for r in rs), mentioned),
-        "hallucinating_answers": _ratio(sum(bool(r.hallucinated) for r in rs), len(rs)),
-        "pope": {
-            "items": len(pope),
-            "accuracy": _ratio(sum(r.yes_no == r.expected for r in pope), len(pope)),
-            "yes_precision": _ratio(sum(r.expected == "yes" for r in said_yes), len(said_yes)),
-            "yes_recall": _ratio(
-                sum(r.yes_no == "yes" for r in pope if r.expected == "yes"), sum(r.expected == "yes" for r in pope)
-            ),
-            "yes_ratio": _ratio(len(said_yes), len(pope)),
-        },
-        "guardrail": _guardrail(judged),
-    }
-
-
-THRESHOLDS = (0.5, 0.75, 0.9, 1.0)  # tenant thresholds the guardrail's figures are also given at
-
-
-def _flag_figures(flags: list[tuple[bool, bool]]) -> dict[str, Any]:
-    """Precision, recall and false flags of (flagged, correct) pairs."""
-    flagged = [correct for flag, correct in flags if flag]
-    wrong = [flag for flag, correct in flags if not correct]
-    right = [flag for flag, correct in flags if correct]
-    return {
-        "precision": _ratio(sum(not c for c in flagged), len(flagged)),
-        "recall": _ratio(sum(wrong), len(wrong)),
-        "false_flag_rate": _ratio(sum(right), len(right)),
-    }
-
-
-def _guardrail(judged: list[ItemResult]) -> dict[str, Any] | None:
-    """The guardrail's figures as the server flagged, and as it would have at other thresholds (from the scores,
-    when every verdict carried one)."""
-    if not judged:
-        return None
-    out: dict[str, Any] = {"judged": len(judged), **_flag_figures([(bool(r.flagged), r.correct) for r in judged])}
-    if all(r.score is not None for r in judged):
-        out["by_threshold"] = {
-            str(t): _flag_figures([(r.score is not None and r.score < t, r.correct) for r in judged])
-            for t in THRESHOLDS
-        }
-    return out
-
-
-def summarise(results: list[ItemResult]) -> dict[str, Any]:
-    """Metrics overall and sliced by modality mix and by question kind."""
-    by_mix = {m: metrics(r for r in results if r.mix == m) for m in sorted({r.mix for r in results})}
-    by_kind = {k: metrics(r for r in results if r.kind == k) for k in sorted({r.kind for r in results})}
-    return {"overall": metrics(results), "by_mix": by_mix, "by_kind": by_kind}
-
-
-def gate(summary: dict[str, Any]) -> list[str]:
-    """Why the results fall below the gate; empty when they pass."""
-    overall = summary["overall"]
-    failures = []
-    if (overall["accuracy"] or 0.0) < GATE["accuracy_min"]:
-        failures.append(f"accuracy {overall['accuracy']} < {GATE['accuracy_min']}")
-    if overall["hallucination_rate"] is not None and overall["hallucination_rate"] > GATE["hallucination_max"]:
-        failures.append(f"hallucination rate {overall['hallucination_rate']} > {GATE['hallucination_max']}")
-    return failures
-
-
-def _numbers(value: Any, path: str) -> Iterable[tuple[str, Any]]:
-    if isinstance(value, dict):
-        for key, inner in value.items():
-            yield from _numbers(inner, f"{path}.{key}")
-    else:
-        yield path, value
-
-
-def check_well_formed(summary: dict[str, Any], expected_items: int) -> None:
-    """Fails unless every item was answered and every rate is null or a finite number in [0, 1]."""
-    overall = summary["overall"]
-    bad = [] if overall["items"] == expected_items else [f"{overall['items']} of {expected_items} items ran"]
-    bad += [] if overall["errors"] == 0 else [f"{overall['errors']} requests failed"]
-    for path, value in _numbers(summary, "summary"):
-        counted = path.endswith((".items", ".errors", ".objects_mentioned", ".judged"))
-        if counted and not (isinstance(value, int) and value >= 0):
-            bad.append(f"{path}={value!r} is not a count")
-        elif not counted and value is not None and not (isinstance(value, float) and math.isfinite(value)):
-            bad.append(f"{path}={value!r} is not a rate")
-        elif not counted and value is not None and not 0.0 <= value <= 1.0:
-            bad.append(f"{path}={value!r} is outside [0, 1]")
-    if bad:
-        raise EvalFailure("malformed results: " + "; ".join(bad))
 
 
 def _client(base_url: str, api_key: str) -> Any:

@@ -17,19 +17,14 @@ from PIL import Image
 
 from grounding import eval as grounding_eval
 from grounding.eval import (
-    EvalFailure,
-    ItemResult,
     add_eval_parser,
-    check_well_formed,
-    gate,
     guardrail_details,
     guardrail_flag,
-    metrics,
     request_messages,
     run_eval,
     run_items,
-    summarise,
 )
+from grounding.eval_metrics import EvalFailure, ItemResult, check_well_formed, gate, metrics, summarise
 from grounding.golden import GOLDEN_DIR, read_items
 from grounding.report import render_html
 
