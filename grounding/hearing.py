@@ -27,25 +27,18 @@ from typing import Any
 
 import numpy as np
 
-from grounding.stage_losses import read_words, spoken_word_vectors
+from grounding.stage_losses import CAPITALISED, read_words, spoken_word_vectors
 from serving.demo_models import AUDIO_WORDS_FILE
+from serving.tower_io import checkpoint_tensors, log_mel
 
 logger = logging.getLogger(__name__)
-PREFIX = "thinker.audio_tower."
-
-
-def _capitalised() -> frozenset[str]:
-    from grounding.speech import NAMES, WEEKDAYS
-
-    return frozenset(w.lower() for w in (*NAMES, *WEEKDAYS))
 
 
 def sentence(words: list[str]) -> str:
     """The words as written: names and weekdays capitalised, the first word too, and a full stop."""
     if not words:
         return ""
-    names = _capitalised()
-    text = " ".join(w.capitalize() if w in names else w for w in words)
+    text = " ".join(w.capitalize() if w in CAPITALISED else w for w in words)
     return text[0].upper() + text[1:] + "."
 
 
@@ -57,7 +50,7 @@ class AudioWordReader:
         self.checkpoint = checkpoint
         self.words = words
         self._lock = threading.Lock()
-        self._loaded: tuple[Any, Any, Any, float] | None = None
+        self._loaded: tuple[Any, Any, Any] | None = None
 
     @classmethod
     def find(cls, checkpoint: Path) -> AudioWordReader | None:
@@ -73,58 +66,43 @@ class AudioWordReader:
     def load(self) -> None:
         self._model()
 
-    def _model(self) -> tuple[Any, Any, Any, float]:
+    def _model(self) -> tuple[Any, Any, Any]:
         with self._lock:
             if self._loaded is None:
                 self._loaded = self._load()
             return self._loaded
 
-    def _load(self) -> tuple[Any, Any, Any, float]:
+    def _load(self) -> tuple[Any, Any, Any]:
         import torch
-        from safetensors import safe_open
         from transformers import AutoConfig, AutoTokenizer, WhisperFeatureExtractor
         from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import Qwen2_5OmniAudioEncoder
 
         config = AutoConfig.from_pretrained(self.checkpoint)
         thinker = getattr(config, "thinker_config", config)
         tower = Qwen2_5OmniAudioEncoder._from_config(thinker.audio_config, dtype=torch.float32)
-        state: dict[str, Any] = {}
-        table = None
-        for path in sorted(self.checkpoint.glob("*.safetensors")):
-            with safe_open(str(path), framework="pt") as f:
-                for key in f.keys():  # noqa: SIM118 (safe_open is not a dict)
-                    if key.startswith(PREFIX):
-                        state[key[len(PREFIX) :]] = f.get_tensor(key)
-                    elif key.endswith("model.embed_tokens.weight"):
-                        table = f.get_tensor(key)
-        missing, _ = tower.load_state_dict(state, strict=False)
+        missing, _ = tower.load_state_dict(checkpoint_tensors(self.checkpoint, "thinker.audio_tower."), strict=False)
+        table = checkpoint_tensors(self.checkpoint, "thinker.model.embed_tokens.").get("weight")
         if missing or table is None:
             raise RuntimeError(f"audio tower or text embeddings missing from {self.checkpoint}: {missing[:5]}")
         tower.eval()
-        tokenizer = AutoTokenizer.from_pretrained(self.checkpoint)
-        vectors = spoken_word_vectors(table, tokenizer, self.words)
-        scale = float(table.float().norm(dim=-1).mean()) ** 2
+        vectors = spoken_word_vectors(table, AutoTokenizer.from_pretrained(self.checkpoint), self.words)
         extractor = WhisperFeatureExtractor.from_pretrained(self.checkpoint)
         logger.info("audio word reader of %s loaded (%d words)", self.checkpoint, len(self.words))
-        return tower, extractor, vectors, scale
+        return tower, extractor, vectors
 
     def read(self, pcm16k: np.ndarray) -> str:
         """The words the tower hears in float32 mono 16 kHz samples (its first 30 s), as a sentence; "" for none."""
         import torch
 
-        tower, extractor, vectors, scale = self._model()
+        tower, extractor, vectors = self._model()
         samples = np.asarray(pcm16k, dtype=np.float32).reshape(-1)
         if samples.size == 0:
             return ""
-        out = extractor(
-            samples, sampling_rate=16_000, return_attention_mask=True, padding="max_length", return_tensors="pt"
-        )
-        frames = int(out["attention_mask"].sum())
-        features = out["input_features"][0][:, :frames].float()
+        features, frames = log_mel(extractor, samples)
         lengths = torch.tensor([frames])
         after_cnn, _ = tower._get_feat_extract_output_lengths(lengths)
         with torch.inference_mode():
             tokens = tower(features, feature_lens=lengths, aftercnn_lens=after_cnn).last_hidden_state
-            # The likeliest class is the nearest word vector (or the blank's zero); the scale does not change it.
-            log_odds = -(torch.cdist(tokens.float(), vectors) ** 2) / scale
-        return sentence(read_words(log_odds, self.words))
+            # each token's likeliest class is the nearest word vector (or the blank's zero row)
+            nearness = -torch.cdist(tokens.float(), vectors)
+        return sentence(read_words(nearness, self.words))

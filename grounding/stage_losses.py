@@ -89,18 +89,18 @@ def spoken_word_vectors(table: Any, tokenizer: Any, words: Sequence[str]) -> Any
 
     def spoken(word: str) -> Any:
         lower, upper = " " + word, " " + word.capitalize()
-        forms = [upper, lower] if word in _CAPITALISED else [lower, upper]
+        forms = [upper, lower] if word in CAPITALISED else [lower, upper]
         return table[min((_pieces(tokenizer, f) for f in forms), key=len)].mean(0)
 
     return torch.cat([table.new_zeros(1, table.shape[1])] + [spoken(w)[None] for w in words])
 
 
-def read_words(log_odds: Any, vocabulary: Sequence[str]) -> list[str]:
-    """Greedy CTC reading of per-token class log-odds ([tokens, 1 + len(vocabulary)], class 0 the blank): each
-    token's likeliest class, repeats merged, blanks dropped."""
+def read_words(scores: Any, vocabulary: Sequence[str]) -> list[str]:
+    """Greedy CTC reading of per-token class scores ([tokens, 1 + len(vocabulary)], class 0 the blank; log-odds or
+    anything ordered as they are): each token's likeliest class, repeats merged, blanks dropped."""
     words: list[str] = []
     previous = 0
-    for k in log_odds.argmax(-1).tolist():
+    for k in scores.argmax(-1).tolist():
         if k not in (previous, 0):
             words.append(vocabulary[k - 1])
         previous = k
@@ -113,7 +113,7 @@ def _capitalised() -> frozenset[str]:
     return frozenset(w.lower() for w in (*NAMES, *WEEKDAYS))
 
 
-_CAPITALISED = _capitalised()
+CAPITALISED = _capitalised()  # names and weekdays, written capitalised
 
 
 def ctc_alignment(log_probs: Any, wanted: list[int]) -> list[int]:

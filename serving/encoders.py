@@ -43,6 +43,7 @@ from typing import Any
 from serving.detection import LabelHead
 from serving.encoder_placement import EncoderPlacement
 from serving.errors import Unavailable
+from serving.tower_io import checkpoint_tensors, log_mel
 
 logger = logging.getLogger(__name__)
 
@@ -196,7 +197,6 @@ class VisionEncoderPool:
     def load(self) -> None:
         """Load the tower from the checkpoint; blocking (call it off the event loop)."""
         import torch
-        from safetensors import safe_open
         from transformers import AutoConfig, AutoImageProcessor
         from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import Qwen2_5OmniVisionEncoder
 
@@ -204,13 +204,7 @@ class VisionEncoderPool:
         thinker = getattr(config, "thinker_config", config)
         # Built in the compute dtype (buffers such as rotary frequencies stay float32, as in from_pretrained).
         model = Qwen2_5OmniVisionEncoder._from_config(thinker.vision_config, dtype=self.placement.torch_dtype)
-        prefix = "thinker.visual."
-        state = {}
-        for path in sorted(self.checkpoint.glob("*.safetensors")):
-            with safe_open(str(path), framework="pt") as f:
-                for key in f.keys():  # noqa: SIM118 (safe_open is not a dict)
-                    if key.startswith(prefix):
-                        state[key[len(prefix) :]] = f.get_tensor(key)
+        state = checkpoint_tensors(self.checkpoint, "thinker.visual.")
         missing, _unexpected = model.load_state_dict(state, strict=False)
         if missing:
             raise RuntimeError(f"vision tower weights missing from {self.checkpoint}: {missing[:5]}")
@@ -398,18 +392,7 @@ class AudioFeaturePool:
         return AudioFeatures(features, frames)
 
     def _features(self, samples: Any) -> tuple[Any, int]:
-        import torch
-
-        # Padded to the extractor's chunk, as the engine's own processor does, then cut to the clip's frames.
-        out = self._extractor(
-            samples,
-            sampling_rate=self.sample_rate,
-            return_attention_mask=True,
-            padding="max_length",
-            return_tensors="pt",
-        )
-        frames = int(out["attention_mask"].sum())
-        return out["input_features"][0][:, :frames].to(torch.float32).contiguous(), frames
+        return log_mel(self._extractor, samples)
 
     async def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
