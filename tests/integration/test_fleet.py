@@ -541,7 +541,7 @@ def test_a_killed_replica_is_ejected_and_readmitted(gateway, replicas):
         body = {
             "model": "small",
             "messages": [{"role": "user", "content": "Tell a long story."}],
-            "max_tokens": 600,
+            "max_tokens": 3000,  # cannot finish before the kill, even where the small demo runs fast
             "ignore_eos": True,
             "stream": True,
         }
@@ -602,7 +602,7 @@ def test_a_killed_replica_is_ejected_and_readmitted(gateway, replicas):
         assert s["events"][-1] == "[DONE]"
     # Requests that had not started streaming never see the dead replica.
     assert outcomes
-    assert all(code == 200 for code in outcomes), outcomes
+    assert all(code == 200 for code in outcomes), [c for c in outcomes if c != 200]
 
     victim.start()
     victim.wait_ready()
