@@ -110,11 +110,22 @@ def build_demo(args: argparse.Namespace) -> None:
         print(f"{name}: {path}\n  {DEMO_SPECS[name].description}")
 
 
+def _whole_weights(text: str) -> dict[str, int]:
+    """`"image=5,audio=1"` as whole-number weights by name."""
+    weights: dict[str, int] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, value = part.partition("=")
+        if not sep or not name.strip() or not value.strip().isdigit():
+            raise ValueError(f"expected mix=weight with a whole-number weight, got {part!r}")
+        weights[name.strip()] = int(value)
+    return weights
+
+
 def train_demo(args: argparse.Namespace) -> None:
     import dataclasses
     import json
 
-    from grounding.curriculum import parse_kind_weights
+    from grounding.curriculum import mix_turns, parse_kind_weights
     from grounding.training import TrainConfig, Trainer
     from serving.demo_models import DEMO_WEIGHTS_DIR, build_demo_checkpoints
 
@@ -122,6 +133,10 @@ def train_demo(args: argparse.Namespace) -> None:
         kind_weights = parse_kind_weights(args.kind_weights) if args.kind_weights else None
     except ValueError as exc:
         raise SystemExit(f"error: --kind-weights: {exc}") from None
+    try:
+        joint_mix = mix_turns(_whole_weights(args.mix_weights)) if args.mix_weights else None
+    except ValueError as exc:
+        raise SystemExit(f"error: --mix-weights: {exc}") from None
     if args.enlarge_share is not None and not 0.0 <= args.enlarge_share <= 1.0:
         raise SystemExit(f"error: --enlarge-share must lie in [0, 1], got {args.enlarge_share}")
     if args.lr is not None and not 0.0 < args.lr <= 0.1:
@@ -138,6 +153,7 @@ def train_demo(args: argparse.Namespace) -> None:
         ("init", str(args.init) if args.init else None),
         ("init_audio", False if args.audio_from_whisper else None),
         ("kind_weights", kind_weights),
+        ("joint_mix", joint_mix),
         ("enlarge_share", args.enlarge_share),
         ("lr", args.lr),
         ("joint_vision_blocks", args.joint_vision_blocks),
@@ -251,6 +267,10 @@ def _models_parser(sub: Any) -> None:
     train.add_argument(
         "--kind-weights",
         help="How often the joint stage asks each question kind, e.g. describe=3,which_shapes=2 (others weigh 1).",
+    )
+    train.add_argument(
+        "--mix-weights",
+        help="How many joint steps in each round go to each mix, e.g. image=5,audio=1,image+audio=2 (default 3:3:2).",
     )
     train.add_argument(
         "--enlarge-share",

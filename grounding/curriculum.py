@@ -9,11 +9,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from grounding.golden import AUDIO_KINDS, IMAGE_KINDS, GoldenItem
+from grounding.golden import AUDIO_KINDS, IMAGE_KINDS, MIXES, GoldenItem
 from grounding.world import MAX_REACH, Scene, sample_scene
-
-# the joint stage's mix at each step, in turn: one mix per step keeps a batch's prompts about one length
-JOINT_MIX = ("image", "audio", "image+audio", "image", "audio", "image+audio", "image", "audio")
 
 
 def vision_scene(rng: np.random.Generator, enlarge_share: float) -> Scene:
@@ -55,6 +52,22 @@ def weighted_items(
     for item in items:
         if rng.random() < weights.get(item.kind, 1.0) / heaviest:
             yield item
+
+
+def mix_turns(weights: dict[str, int]) -> tuple[str, ...]:
+    """The joint stage's turns for whole-number mix weights, spread out (`{"image": 2, "audio": 1}` gives image,
+    audio, image): each turn goes to the mix furthest behind its share."""
+    unknown = set(weights) - set(MIXES)
+    if unknown:
+        raise ValueError(f"unknown mixes {sorted(unknown)}; mixes are {list(MIXES)}")
+    if any(w < 0 for w in weights.values()) or not any(weights.values()):
+        raise ValueError(f"mix weights must be whole numbers, 0 or more, not all 0; got {weights}")
+    total = sum(weights.values())
+    turns: list[str] = []
+    for n in range(1, total + 1):
+        due = {m: w * n / total - turns.count(m) for m, w in weights.items() if w}
+        turns.append(max(MIXES, key=lambda m: due.get(m, float("-inf"))))
+    return tuple(turns)
 
 
 def parse_kind_weights(text: str) -> tuple[tuple[str, float], ...]:

@@ -65,6 +65,9 @@ class TrainConfig:
     # out weighs 1. Items are drawn as before and kept with probability weight / the heaviest weight, so a run that
     # leans on the weak kinds still sees every kind. Empty: every kind equally often.
     kind_weights: tuple[tuple[str, float], ...] = ()
+    # The joint stage's mix at each step, in turn (one mix per step keeps a batch's prompts about one length):
+    # image, audio and image+audio 3:3:2 by default; `--mix-weights` leans the turns on a weaker medium.
+    joint_mix: tuple[str, ...] = ("image", "audio", "image+audio", "image", "audio", "image+audio", "image", "audio")
     threads: int = 2
     seed: int = TRAIN_SEED
     checkpoint_every: int = 50

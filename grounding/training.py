@@ -53,7 +53,7 @@ import numpy as np
 
 from grounding.answers import check_answer
 from grounding.calibration import calibrate
-from grounding.curriculum import JOINT_MIX, enlarged, vision_scene, weighted_items
+from grounding.curriculum import enlarged, vision_scene, weighted_items
 from grounding.golden import MIXES, GoldenItem, golden_set, training_items
 from grounding.speech import render_clip
 from grounding.stage_losses import ATTRIBUTES, LABELS, WordTargets, audio_stage_loss, image_stage_loss, word_logits
@@ -134,7 +134,7 @@ class Trainer:
             mix: weighted_items(
                 training_items(config.seed + 1, mixes=(mix,)), config.kind_weights, (config.seed, MIXES.index(mix))
             )
-            for mix in set(JOINT_MIX)
+            for mix in set(config.joint_mix)
         }
         for done in range(config.stage_span("joint")[0], max(self.step, config.stage_span("joint")[0])):
             self._joint_items(done)  # a resumed run draws on from where its first run stopped
@@ -293,7 +293,7 @@ class Trainer:
     def _joint_items(self, step: int) -> list[GoldenItem]:
         """Step `step`'s media items, all of one mix (the mixes take turns, step by step), so a batch holds prompts
         of about one length and little padding; a lone large shape is sometimes drawn bigger (`enlarged`)."""
-        mix = self.items[JOINT_MIX[step % len(JOINT_MIX)]]
+        mix = self.items[self.config.joint_mix[step % len(self.config.joint_mix)]]
         items = [next(mix) for _ in range(self.config.batch)]
         rng = _rng(self.config, "joint", step)
         return [

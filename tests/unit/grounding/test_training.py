@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from grounding.curriculum import JOINT_MIX, enlarged, parse_kind_weights, weighted_items
+from grounding.curriculum import enlarged, mix_turns, parse_kind_weights, weighted_items
 from grounding.golden import IMAGE_KINDS, GoldenItem, training_items
 from grounding.speech import Clip
 from grounding.stage_losses import (
@@ -307,11 +307,29 @@ def test_a_lone_large_shape_is_drawn_bigger_inside_the_frame_and_keeps_its_facts
     assert enlarged(_scene(), rng) == _scene()
 
 
+def test_mix_turns_spread_each_mix_over_the_round_by_its_weight():
+    assert mix_turns({"image": 3, "audio": 3, "image+audio": 2}) == (
+        "image", "audio", "image+audio", "image", "audio", "image+audio", "image", "audio"
+    )  # fmt: skip
+    turns = mix_turns({"image": 5, "audio": 1, "image+audio": 2})
+    assert sorted(turns) == sorted(["image"] * 5 + ["audio"] + ["image+audio"] * 2)
+    assert "image, image, image" not in ", ".join(turns)  # spread out, not bunched
+    assert mix_turns({"audio": 1, "image": 0}) == ("audio",)
+    assert TrainConfig().joint_mix == mix_turns({"image": 3, "audio": 3, "image+audio": 2})
+
+
+def test_joint_items_follow_the_mix_turns():
+    trainer = Trainer.__new__(Trainer)
+    trainer.config = TrainConfig(batch=2, joint_mix=mix_turns({"image": 2, "audio": 1}), joint_enlarge_share=0.0)
+    trainer.items = {mix: training_items(2, mixes=(mix,)) for mix in set(trainer.config.joint_mix)}
+    assert [trainer._joint_items(step)[0].mix for step in range(6)] == ["image", "audio", "image"] * 2
+
+
 def _joint_trainer(share: float) -> Trainer:
     """A Trainer holding only what drawing joint items needs (no model)."""
     trainer = Trainer.__new__(Trainer)
     trainer.config = TrainConfig(batch=8, joint_enlarge_share=share)
-    trainer.items = {mix: training_items(2, mixes=(mix,)) for mix in set(JOINT_MIX)}
+    trainer.items = {mix: training_items(2, mixes=(mix,)) for mix in set(trainer.config.joint_mix)}
     return trainer
 
 
@@ -342,6 +360,9 @@ def test_joint_items_draw_lone_large_shapes_bigger_and_replay_when_seeded():
         ("--lr", "0", "--lr must lie in"),
         ("--lr", "0.5", "--lr must lie in"),
         ("--joint-vision-blocks", "-1", "--joint-vision-blocks must be 0 or more"),
+        ("--mix-weights", "image=1.5", "--mix-weights: expected mix=weight with a whole-number weight"),
+        ("--mix-weights", "video=2", "--mix-weights: unknown mixes"),
+        ("--mix-weights", "image=0,audio=0", "--mix-weights: mix weights must be whole numbers"),
     ],
 )
 def test_bad_training_settings_are_refused_before_anything_loads(flag, value, message, monkeypatch, tmp_path):
