@@ -139,6 +139,8 @@ def train_demo(args: argparse.Namespace) -> None:
         raise SystemExit(f"error: --mix-weights: {exc}") from None
     if args.enlarge_share is not None and not 0.0 <= args.enlarge_share <= 1.0:
         raise SystemExit(f"error: --enlarge-share must lie in [0, 1], got {args.enlarge_share}")
+    if args.audio_variety is not None and not 0.0 <= args.audio_variety <= 1.0:
+        raise SystemExit(f"error: --audio-variety must lie in [0, 1], got {args.audio_variety}")
     if args.lr is not None and not 0.0 < args.lr <= 0.1:
         raise SystemExit(f"error: --lr must lie in (0, 0.1], got {args.lr}")
     if args.joint_vision_blocks is not None and args.joint_vision_blocks < 0:
@@ -155,6 +157,7 @@ def train_demo(args: argparse.Namespace) -> None:
         ("kind_weights", kind_weights),
         ("joint_mix", joint_mix),
         ("enlarge_share", args.enlarge_share),
+        ("audio_variety", args.audio_variety),
         ("lr", args.lr),
         ("joint_vision_blocks", args.joint_vision_blocks),
         ("seed", args.seed),
@@ -277,6 +280,12 @@ def _models_parser(sub: Any) -> None:
         type=float,
         default=None,
         help="Share of the vision stage's scenes that hold one shape, drawn up to 3 times bigger (default 0.25).",
+    )
+    train.add_argument(
+        "--audio-variety",
+        type=float,
+        default=None,
+        help="Share of the audio stage's speech said in other words around the world's (default 0.3).",
     )
     train.add_argument(
         "--lr",

@@ -12,7 +12,7 @@ import functools
 import io
 import shutil
 import subprocess
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -33,6 +33,30 @@ NUMBER_WORDS = (
 )  # fmt: skip
 
 SENTENCES = ("meeting", "call", "count", "colour")
+# How each sentence may be said. The first form is the world's own sentence (the golden sets and the joint stage's
+# items say only it); the others wrap the same slots in words outside the world, which the audio stage teaches
+# the tower to pass over, as people say "The meeting is moved to Thursday" as often as "The meeting is on Thursday".
+SENTENCE_FORMS: dict[str, tuple[str, ...]] = {
+    "meeting": (
+        "The meeting is on {weekday} at {hour} o'clock.",
+        "The meeting is moved to {weekday} at {hour} o'clock.",
+        "The meeting has been moved to {weekday} at {hour} o'clock.",
+        "Remember that the meeting is on {weekday} at {hour} o'clock.",
+    ),
+    "call": ("Please call {name}.", "Please call {name} back.", "Could you please call {name} today?"),
+    "count": (
+        "There are {count} {noun} on the table.",
+        "I think there are {count} {noun} on the table now.",
+        "Look, there are {count} {noun} on the table.",
+    ),
+    "colour": (
+        "My favourite colour is {colour}.",
+        "Honestly, my favourite colour is {colour}.",
+        "My favourite colour is {colour}, I think.",
+    ),
+}
+# espeak-ng's pause between words (`-g`, in units of 10 ms at the default speed) for the audio stage's varied clips
+WORD_GAPS = (0, 1, 2, 4)
 SOUNDS = ("beep", "silence", "noise")
 # espeak-ng voices (language plus a variant) that ship with the package: British, American, Scottish, Caribbean
 # and New York accents, male and female variants.
@@ -69,6 +93,8 @@ class Clip:
     frequency: float = 0.0  # beep
     amplitude: float = 0.0  # beep and noise
     seed: int = 0  # noise
+    form: int = 0  # which of SENTENCE_FORMS[kind] is said (0: the world's own sentence)
+    gap: int = 0  # espeak-ng's pause between words (`-g`), 0 for none
 
     @property
     def is_speech(self) -> bool:
@@ -77,19 +103,20 @@ class Clip:
     @property
     def text(self) -> str:
         """The sentence spoken ('' for a non-speech clip)."""
-        s = self.slots
-        if self.kind == "meeting":
-            return f"The meeting is on {s['weekday']} at {number_word(s['hour'])} o'clock."
-        if self.kind == "call":
-            return f"Please call {s['name']}."
-        if self.kind == "count":
-            return f"There are {number_word(s['count'])} {s['noun']} on the table."
-        if self.kind == "colour":
-            return f"My favourite colour is {s['colour']}."
-        return ""
+        if not self.is_speech:
+            return ""
+        slots = dict(self.slots)
+        for number in ("hour", "count"):
+            if number in slots:
+                slots[number] = number_word(slots[number])
+        return SENTENCE_FORMS[self.kind][self.form].format(**slots)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        for extra in ("form", "gap"):  # left out at 0, so the golden sets' clips read as they always have
+            if not data[extra]:
+                del data[extra]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Clip:
@@ -106,8 +133,12 @@ def _slots(kind: str, rng: np.random.Generator) -> dict[str, Any]:
     return {"colour": SPEECH_COLOURS[int(rng.integers(len(SPEECH_COLOURS)))]}
 
 
-def sample_clip(rng: np.random.Generator, *, kind: str | None = None, speech_share: float = 0.8) -> Clip:
-    """A random clip; speech (one of the four sentences) with probability `speech_share`, else a sound."""
+def sample_clip(
+    rng: np.random.Generator, *, kind: str | None = None, speech_share: float = 0.8, variety: float = 0.0
+) -> Clip:
+    """A random clip; speech (one of the four sentences) with probability `speech_share`, else a sound. With
+    probability `variety` speech is said in another of its forms, with pauses between words (draws from `rng` only
+    when `variety` is above 0, so the golden sets' clips stay as they are)."""
     if kind is None:
         kind = (
             SENTENCES[int(rng.integers(len(SENTENCES)))]
@@ -115,13 +146,17 @@ def sample_clip(rng: np.random.Generator, *, kind: str | None = None, speech_sha
             else SOUNDS[int(rng.integers(len(SOUNDS)))]
         )
     if kind in SENTENCES:
-        return Clip(
+        clip = Clip(
             kind=kind,
             slots=_slots(kind, rng),
             voice=VOICES[int(rng.integers(len(VOICES)))],
             speed=int(rng.choice(SPEEDS)),
             pitch=int(rng.choice(PITCHES)),
         )
+        if variety > 0 and rng.random() < variety:
+            form = int(rng.integers(len(SENTENCE_FORMS[kind])))
+            clip = replace(clip, form=form, gap=int(rng.choice(WORD_GAPS)))
+        return clip
     seconds = round(float(rng.uniform(1.0, 3.0)), 2)
     if kind == "beep":
         return Clip(
@@ -147,12 +182,12 @@ def espeak_path() -> str:
 
 
 @functools.lru_cache(maxsize=256)
-def _speak(text: str, voice: str, speed: int, pitch: int) -> np.ndarray:
+def _speak(text: str, voice: str, speed: int, pitch: int, gap: int = 0) -> np.ndarray:
     import soundfile as sf
     from scipy.signal import resample_poly
 
     wav = subprocess.run(  # noqa: S603 - fixed binary, arguments from the closed vocabulary above
-        [espeak_path(), "-v", voice, "-s", str(speed), "-p", str(pitch), "--stdout", text],
+        [espeak_path(), "-v", voice, "-s", str(speed), "-p", str(pitch), "-g", str(gap), "--stdout", text],
         capture_output=True,
         check=True,
         timeout=ESPEAK_TIMEOUT_S,
@@ -169,7 +204,7 @@ def _speak(text: str, voice: str, speed: int, pitch: int) -> np.ndarray:
 def render_clip(clip: Clip) -> np.ndarray:
     """The clip's samples: float32, mono, 16 kHz, in [-1, 1]. The array is read-only (speech is cached)."""
     if clip.is_speech:
-        return _speak(clip.text, clip.voice, clip.speed, clip.pitch)
+        return _speak(clip.text, clip.voice, clip.speed, clip.pitch, clip.gap)
     n = round(clip.seconds * SAMPLE_RATE)
     if clip.kind == "beep":
         t = np.arange(n, dtype=np.float64) / SAMPLE_RATE

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -41,8 +42,13 @@ def cell_coordinates(rows: int, cols: int) -> np.ndarray:
 
 
 def clip_words(clip: Any) -> list[str]:
-    """What a clip says, word by word, or its sound label for a clip without speech."""
-    return _words(clip.text) if clip.is_speech else [clip.kind]
+    """What a clip says, word by word, or its sound label for a clip without speech. Words outside the world's
+    sentences (a clip said in another form: "The meeting is moved to ...") are left out: the tower passes over
+    them as it does the pauses between words."""
+    if not clip.is_speech:
+        return [clip.kind]
+    known = set(ctc_vocabulary())
+    return [w for w in _words(clip.text) if w in known]
 
 
 class WordTargets:
@@ -278,6 +284,7 @@ def _words(text: str) -> list[str]:
     return [w for w in (t.strip('.,:;!?"').lower() for t in text.split()) if w]
 
 
+@functools.cache
 def ctc_vocabulary() -> tuple[str, ...]:
     """Every word the audio world's sentences use, then the sound labels, in a fixed order (CTC class i + 1; 0 is
     the blank)."""

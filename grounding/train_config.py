@@ -52,6 +52,10 @@ class TrainConfig:
     # this share of a word's squared length, so spoken numbers, whose embeddings lie close together, must land
     # close to their own word and not merely in the numbers' neighbourhood
     ctc_temperature: float = 0.05
+    # Share of the audio stage's speech said in another form ("The meeting is moved to ..."; grounding.speech
+    # SENTENCE_FORMS) with pauses between words; CTC wants only the world's words from it, so the tower learns to
+    # pass over the rest. 0: the world's own sentences only.
+    audio_variety: float = 0.3
     coordinate_weight: float = 10.0
     stage_loss_weight: float = 1.0  # of the vision and audio stage losses during the joint stage
     # Whether the audio tower's trained layers keep training in the joint stage. They do not: the answer loss pulls

@@ -357,7 +357,7 @@ class Trainer:
         from grounding.speech import sample_clip
 
         rng = _rng(self.config, "audio", self.step)
-        clips = [sample_clip(rng) for _ in range(self.config.audio_batch)]
+        clips = [sample_clip(rng, variety=self.config.audio_variety) for _ in range(self.config.audio_batch)]
         out, token_lens = self._audio_tokens(self._audio_inputs(clips))
         return audio_stage_loss(out, token_lens, clips, self.targets, self.config)
 

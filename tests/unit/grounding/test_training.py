@@ -11,7 +11,7 @@ from safetensors.torch import save_file
 
 from grounding.curriculum import enlarged, mix_turns, parse_kind_weights, weighted_items
 from grounding.golden import IMAGE_KINDS, GoldenItem, training_items
-from grounding.speech import Clip
+from grounding.speech import SENTENCE_FORMS, Clip, render_clip, sample_clip
 from grounding.stage_losses import (
     ATTRIBUTES,
     LABELS,
@@ -112,6 +112,35 @@ def test_clips_are_spelt_in_the_ctc_vocabulary():
     assert clip_words(speech) == ["the", "meeting", "is", "on", "thursday", "at", "three", "o'clock"]
     assert clip_words(Clip("beep", seconds=1.0, frequency=440.0, amplitude=0.5)) == ["beep"]
     assert {w for c in (speech, Clip("noise"), Clip("silence")) for w in clip_words(c)} <= set(vocabulary)
+
+
+def test_a_clip_said_in_another_form_wants_only_the_worlds_words():
+    moved = Clip("meeting", {"weekday": "Thursday", "hour": 3}, form=1, gap=2)
+    assert moved.text == "The meeting is moved to Thursday at three o'clock."
+    assert clip_words(moved) == ["the", "meeting", "is", "thursday", "at", "three", "o'clock"]
+    assert clip_words(Clip("call", {"name": "Emma"}, form=2)) == ["please", "call", "emma"]
+    assert Clip.from_dict(moved.to_dict()) == moved
+    # the world's own form keeps the dictionary it always had, so golden files read as they did
+    assert "form" not in Clip("call", {"name": "Emma"}).to_dict()
+    for kind, forms in SENTENCE_FORMS.items():
+        slots = {"weekday": "Monday", "hour": 1, "name": "Mary", "count": 2, "noun": "cups", "colour": "red"}
+        world = clip_words(Clip(kind, slots))
+        slot_words = {"monday", "one", "mary", "two", "cups", "red"} & set(world)
+        for form in range(len(forms)):
+            words = clip_words(Clip(kind, slots, form=form))
+            assert set(words) <= set(world), (kind, form)
+            assert slot_words <= set(words), (kind, form)
+
+
+def test_varied_clips_come_only_when_asked_and_leave_plain_draws_as_they_were():
+    plain = [sample_clip(np.random.default_rng(s)) for s in range(40)]
+    assert all(c.form == 0 and c.gap == 0 for c in plain)
+    assert plain == [sample_clip(np.random.default_rng(s), variety=0.0) for s in range(40)]
+    varied = [sample_clip(np.random.default_rng(s), variety=1.0) for s in range(40)]
+    speech = [c for c in varied if c.is_speech]
+    assert {c.form for c in speech} > {0}
+    assert {c.gap for c in speech} > {0}
+    assert len(render_clip(next(c for c in speech if c.gap))) > 0
 
 
 class _Words:
@@ -360,6 +389,7 @@ def test_joint_items_draw_lone_large_shapes_bigger_and_replay_when_seeded():
         ("--lr", "0", "--lr must lie in"),
         ("--lr", "0.5", "--lr must lie in"),
         ("--joint-vision-blocks", "-1", "--joint-vision-blocks must be 0 or more"),
+        ("--audio-variety", "1.2", "--audio-variety must lie in"),
         ("--mix-weights", "image=1.5", "--mix-weights: expected mix=weight with a whole-number weight"),
         ("--mix-weights", "video=2", "--mix-weights: unknown mixes"),
         ("--mix-weights", "image=0,audio=0", "--mix-weights: mix weights must be whole numbers"),
