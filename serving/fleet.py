@@ -363,7 +363,9 @@ class EndpointPicker:
 
     async def _scrape(self, replica: Replica) -> None:
         """A refused connection or an error status ejects at once; a late answer only after
-        `SLOW_SCRAPES_TO_EJECT` in a row (a busy replica answers late; a hung one never does)."""
+        `SLOW_SCRAPES_TO_EJECT` in a row (a busy replica answers late; a hung one never does), and never when it
+        is the pool's last replica up: a slow answer still beats none, and a hung replica fails its requests,
+        which eject it."""
         own_before = replica.in_flight
         try:
             text = await self._get(replica.url + "/metrics")
@@ -371,6 +373,13 @@ class EndpointPicker:
             if exc.timed_out:
                 replica.slow_scrapes += 1
                 if replica.slow_scrapes < SLOW_SCRAPES_TO_EJECT:
+                    return
+                if not any(r.state == "up" for r in self.replicas if r is not replica):
+                    if replica.slow_scrapes == SLOW_SCRAPES_TO_EJECT:
+                        logger.warning(
+                            "pool %s: replica %s answers /metrics late (%s), but it is the last one up: kept",
+                            self.pool, replica.name, exc,
+                        )  # fmt: skip
                     return
             self.report_failure(replica, f"/metrics: {exc}")
             return

@@ -283,6 +283,29 @@ def test_failed_scrape_ejects_and_ejected_is_never_picked(mode, caplog):
     assert len(caplog.records) == 1
 
 
+def test_a_late_last_replica_is_kept_but_a_refusing_one_is_ejected(caplog):
+    async def run():
+        fleet = Fleet(2)
+        picker = fleet.picker(scrape_timeout_s=0.05, clock=Clock())
+        gone, busy = picker.replicas
+        fleet.mode[gone.url] = "refuse"
+        await picker.scrape_once()
+        assert gone.state == "ejected"
+        fleet.mode[busy.url] = "hang"  # the survivor, slow under the load the other one left
+        for _ in range(SLOW_SCRAPES_TO_EJECT + 2):
+            await picker.scrape_once()
+        assert busy.state == "up"
+        assert picker.pick(None) is busy
+        fleet.mode[busy.url] = "500"  # an error status is a failure, last replica or not
+        await picker.scrape_once()
+        assert busy.state == "ejected"
+
+    with caplog.at_level(logging.WARNING, logger="serving.fleet"):
+        asyncio.run(run())
+    kept = [r.getMessage() for r in caplog.records if "last one up" in r.getMessage()]
+    assert len(kept) == 1  # said once, not on every late scrape
+
+
 def test_readmitted_only_after_backoff_and_a_healthy_answer(caplog):
     async def run():
         fleet, clock = Fleet(2), Clock()
