@@ -110,22 +110,11 @@ def build_demo(args: argparse.Namespace) -> None:
         print(f"{name}: {path}\n  {DEMO_SPECS[name].description}")
 
 
-def _whole_weights(text: str) -> dict[str, int]:
-    """`"image=5,audio=1"` as whole-number weights by name."""
-    weights: dict[str, int] = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        name, sep, value = part.partition("=")
-        if not sep or not name.strip() or not value.strip().isdigit():
-            raise ValueError(f"expected mix=weight with a whole-number weight, got {part!r}")
-        weights[name.strip()] = int(value)
-    return weights
-
-
 def train_demo(args: argparse.Namespace) -> None:
     import dataclasses
     import json
 
-    from grounding.curriculum import mix_turns, parse_kind_weights
+    from grounding.curriculum import parse_kind_weights, parse_mix_weights
     from grounding.training import TrainConfig, Trainer
     from serving.demo_models import DEMO_WEIGHTS_DIR, build_demo_checkpoints
 
@@ -134,7 +123,7 @@ def train_demo(args: argparse.Namespace) -> None:
     except ValueError as exc:
         raise SystemExit(f"error: --kind-weights: {exc}") from None
     try:
-        joint_mix = mix_turns(_whole_weights(args.mix_weights)) if args.mix_weights else None
+        joint_mix = parse_mix_weights(args.mix_weights) if args.mix_weights else None
     except ValueError as exc:
         raise SystemExit(f"error: --mix-weights: {exc}") from None
     if args.enlarge_share is not None and not 0.0 <= args.enlarge_share <= 1.0:

@@ -1,6 +1,6 @@
 """What `tessera models train-demo` (grounding.training) shows each stage: the vision stage's scenes, with a share
 of lone shapes drawn bigger than the world draws them, and the joint stage's items, the mixes taking turns step by
-step and the question kinds weighted as asked (`--kind-weights`)."""
+step as weighted (`--mix-weights`) and the question kinds weighted as asked (`--kind-weights`)."""
 
 from __future__ import annotations
 
@@ -70,16 +70,34 @@ def mix_turns(weights: dict[str, int]) -> tuple[str, ...]:
     return tuple(turns)
 
 
+def _pairs(text: str) -> list[tuple[str, str, str]]:
+    """`"a=1, b=2"` as (name, value, part) triples; a part without "=" or a name gives an empty name."""
+    pairs = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, value = part.partition("=")
+        pairs.append((name.strip() if sep else "", value.strip(), part))
+    return pairs
+
+
 def parse_kind_weights(text: str) -> tuple[tuple[str, float], ...]:
     """`"describe=3,which_shapes=2"` as (kind, weight) pairs."""
     pairs = []
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        kind, sep, weight = part.partition("=")
+    for kind, weight, part in _pairs(text):
         try:
             value = float(weight)
         except ValueError:
             value = float("nan")
-        if not sep or not kind.strip() or not value > 0:
+        if not kind or not value > 0:
             raise ValueError(f"expected kind=weight with a positive weight, got {part!r}")
-        pairs.append((kind.strip(), value))
+        pairs.append((kind, value))
     return tuple(pairs)
+
+
+def parse_mix_weights(text: str) -> tuple[str, ...]:
+    """`"image=4,audio=1,image+audio=3"` as the joint stage's turns (`mix_turns`)."""
+    weights: dict[str, int] = {}
+    for mix, weight, part in _pairs(text):
+        if not mix or not weight.isdigit():
+            raise ValueError(f"expected mix=weight with a whole-number weight, got {part!r}")
+        weights[mix] = int(weight)
+    return mix_turns(weights)
