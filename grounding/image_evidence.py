@@ -14,6 +14,17 @@ few tokens whatever its size. Claims come from `grounding.answers.extract_claims
   leaves out is a claim the detections contradict ("leaves out the square"): an answer listing two of three shapes
   says, wrongly, that those are all there is.
 An answer that asserts nothing checkable (a bare "Yes.") has no claims: nothing in it is unsupported.
+
+Where the label head is unsure (serving.detection's `share` and `peak`), a claim resting on the unsure part is
+not supported, since the tower that answered may share the head's mistake:
+- a shape whose chosen colour holds less than `SURE_SHARE` of the shape's probability (split between colours)
+  supports no claim of its colour, and no "yes" to whether it is there in that colour;
+- a shape not detected but glimpsed (some token gives it at least `GLIMPSE_PEAK`) may be there: a list of every
+  shape that leaves it out, a count that does not include it, and a "no" to whether it is there go unsupported.
+Both were chosen on a calibration set of 750 items drawn from a seed of its own (20261299, never the held-out
+set's), from 0.5 to 0.9 and 0.2 to 0.5: with 0.6 and 0.2, the guardrail flagged all 22 wrong answers about its
+images (21 without) and 16 of its 353 right ones (9 without). Lower shares or higher peaks flagged no more wrong
+answers; a share of 0.7 doubled the right answers flagged.
 """
 
 from __future__ import annotations
@@ -27,6 +38,8 @@ from grounding.questions import question_kind
 from serving.detection import ImageFindings
 
 CENTRE_BAND = 0.17  # half-width of the centre, as a fraction of each side
+SURE_SHARE = 0.6  # a shape's colour is read only when it holds this much of the shape's probability
+GLIMPSE_PEAK = 0.2  # a shape not detected may still be there when one token gives it this much
 EVERY_SHAPE = frozenset({"which_shapes", "describe"})  # question kinds whose answer must name every shape
 
 
@@ -57,6 +70,33 @@ def findings_facts(findings: tuple[ImageFindings, ...]) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
+class Doubts:
+    unsure: frozenset[str]  # detected shapes whose colour the head splits (best share under SURE_SHARE)
+    glimpsed: tuple[str, ...]  # shapes not detected in any image that some token still gives GLIMPSE_PEAK
+    seen_colours: dict[str, frozenset[str]]  # every colour each shape was detected in
+
+
+def findings_doubts(findings: tuple[ImageFindings, ...]) -> Doubts:
+    """Where the detections of the request's images are unsure (see the module's notes)."""
+    share: dict[str, float] = {}
+    seen: dict[str, set[str]] = {}
+    peaks: dict[str, float] = {}
+    for image in findings:
+        for d in image.detections:
+            shape, _, colour = d.label.partition(":")
+            share[shape] = max(share.get(shape, 0.0), d.share)
+            seen.setdefault(shape, set()).add(colour)
+        for kind, peak in image.peaks.items():
+            peaks[kind] = max(peaks.get(kind, 0.0), peak)
+    glimpsed = tuple(sorted(k for k, p in peaks.items() if p >= GLIMPSE_PEAK and k not in seen))
+    return Doubts(
+        frozenset(s for s, v in share.items() if v < SURE_SHARE),
+        glimpsed,
+        {s: frozenset(c) for s, c in seen.items()},
+    )
+
+
+@dataclass(frozen=True)
 class ImageCheck:
     claims: int
     unsupported: tuple[str, ...]
@@ -74,6 +114,7 @@ def image_claim_verdicts(answer: str, findings: tuple[ImageFindings, ...], quest
     audio claim of the same fact shares (an unbound colour or number), so that with both media either may
     support it. A yes or no to a question asking whether a coloured shape is there is checked too."""
     facts = findings_facts(findings)
+    doubts = findings_doubts(findings)
     claims = extract_claims(answer)
     colours, positions = facts["colours"], facts["positions"]
     verdicts: list[Verdict] = []
@@ -83,24 +124,28 @@ def image_claim_verdicts(answer: str, findings: tuple[ImageFindings, ...], quest
         if noun is None:
             verdicts.append((f"something {colour}", colour in colours.values(), ("colour", None, colour)))
         elif noun in SHAPE_NOUNS:
-            verdicts.append((f"the {noun} is {colour}", colours.get(noun) == colour, ("colour", noun, colour)))
+            sure = colours.get(noun) == colour and noun not in doubts.unsure
+            verdicts.append((f"the {noun} is {colour}", sure, ("colour", noun, colour)))
     for noun, position in claims.positions:
         if noun in SHAPE_NOUNS:
             verdicts.append(
                 (f"the {noun} is at {position}", positions.get(noun) == position, ("position", noun, position))
             )
+    maybe = "".join(f" (a {shape} may be there too)" for shape in doubts.glimpsed)
     for noun, value in claims.numbers:
         if noun in (None, "shape"):
-            verdicts.append((f"{value} shapes", value == facts["count"], ("number", noun, str(value))))
+            counted = value == facts["count"] and not doubts.glimpsed
+            verdicts.append((f"{value} shapes{maybe}", counted, ("number", noun, str(value))))
     if claims.yes_no is not None and question_kind(question) == "exists":
         asked = [(n, c) for n, c in extract_claims(question).colours if n in SHAPE_NOUNS]
         if asked:
             shape, colour = asked[0]
-            expected = "yes" if colours.get(shape) == colour else "no"
-            verdicts.append(
-                (f"{claims.yes_no}: is there a {colour} {shape}", claims.yes_no == expected, ("exists", shape, colour))
-            )
-    return verdicts + _left_out(claims.objects, facts["objects"], question)
+            if claims.yes_no == "yes":
+                ok = colours.get(shape) == colour and shape not in doubts.unsure
+            else:
+                ok = colour not in doubts.seen_colours.get(shape, ()) and shape not in doubts.glimpsed
+            verdicts.append((f"{claims.yes_no}: is there a {colour} {shape}", ok, ("exists", shape, colour)))
+    return verdicts + _left_out(claims.objects, facts["objects"], doubts.glimpsed, question)
 
 
 def _bind_to_asked(colours: list[tuple[str | None, str]], question: str) -> list[tuple[str | None, str]]:
@@ -114,12 +159,15 @@ def _bind_to_asked(colours: list[tuple[str | None, str]], question: str) -> list
     return [(asked[0] if noun is None else noun, colour) for noun, colour in colours]
 
 
-def _left_out(named: Collection[str], detected: list[str], question: str) -> list[Verdict]:
-    """To a question asking for every shape, each detected shape the answer does not name."""
+def _left_out(named: Collection[str], detected: list[str], glimpsed: Collection[str], question: str) -> list[Verdict]:
+    """To a question asking for every shape, each detected or glimpsed shape the answer does not name."""
     if question_kind(question) not in EVERY_SHAPE:
         return []
-    return [
+    out: list[Verdict] = [
         (f"leaves out the {shape}", False, ("object", shape, "left out")) for shape in detected if shape not in named
+    ]
+    return out + [
+        (f"may leave out the {shape}", False, ("object", shape, "left out")) for shape in glimpsed if shape not in named
     ]
 
 

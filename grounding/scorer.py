@@ -8,7 +8,9 @@ How a score is made (`GroundingScorer.score_media`):
    A request with neither gets no score (None), not a zero.
 2. Facts (objects, colours, positions, counts, yes/no; names, days, numbers, things, sounds) are checked one by
    one against the evidence (grounding.image_evidence, grounding.audio_evidence): a spoken fact any transcript
-   says is supported.
+   says is supported, and one the tower's reading says unless Whisper's best transcript says another value in its
+   slot; a claim about an image resting on what the label head is unsure of (a shape's colour split between
+   colours, a shape glimpsed but not detected) is not.
 3. Other sentences are checked for topical support: the answer is split into claims (its sentences and list
    items, less lead-ins that end in ':' and fragments of fewer than three words, such as "Sure!"), the best
    transcript into chunks (every run of one to three consecutive sentences, run-on sentences cut into 40-word
@@ -41,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-from grounding.audio_evidence import SOUND_TEXT, audio_claim_verdicts, sound_label, transcripts
+from grounding.audio_evidence import SOUND_TEXT, Heard, audio_claim_verdicts, heard_of, sound_label
 from grounding.claims import split_claims, transcript_chunks
 from grounding.golden import IMAGE_KINDS
 from grounding.hearing import AudioWordReader
@@ -92,14 +94,11 @@ class GroundingScorer:
         """The English transcript of float32 mono 16 kHz samples; "" for silence or no samples."""
         return self._whisper.transcribe(pcm16k)
 
-    def hypotheses(self, pcm16k: np.ndarray) -> tuple[str, ...]:
-        """Whisper's best transcripts of the samples, best first, then what the audio reader's tower heard in them,
+    def hypotheses(self, pcm16k: np.ndarray) -> Heard:
+        """Whisper's best transcripts of the samples, best first, and what the audio reader's tower heard in them,
         where there is a reader: what `score_media` checks spoken facts against."""
         heard = self._whisper.hypotheses(pcm16k)
-        if self._reader is None:
-            return heard
-        reading = self._reader.read(pcm16k)
-        return (*heard, reading) if reading else heard
+        return Heard(heard, self._reader.read(pcm16k) if self._reader is not None else "")
 
     def claim_support(self, answer: str, transcript: str) -> list[tuple[str, float]]:
         """Each claim of `answer` with its best cosine similarity to any chunk of `transcript` (0.0 if none)."""
@@ -132,7 +131,7 @@ class GroundingScorer:
         audio_pcm16k: np.ndarray | None,
         images: tuple[ImageFindings, ...] = (),
         question: str = "",
-        transcript: str | Sequence[str] | None = None,
+        transcript: str | Sequence[str] | Heard | None = None,
     ) -> GroundingResult | None:
         """The score of an answer against all the evidence its request carried. None when there is none (no
         audio, and no tower that detects).
@@ -143,7 +142,8 @@ class GroundingScorer:
         transcript and sound label. With both media, a fact either medium supports is supported. A sentence with
         no such fact is checked for topical support against the transcript (or the sound's description), as
         `score` does. `transcript` may be given when it was made already (it is otherwise made here): one
-        transcript, or Whisper's best few, best first (`hypotheses`); a spoken fact any of them says is supported,
+        transcript, Whisper's best few, best first, or those with the tower's reading (`hypotheses`); a spoken
+        fact any transcript says is supported, and one the reading says unless the best transcript says otherwise,
         and sentences are checked against the best."""
         has_audio = audio_pcm16k is not None and np.asarray(audio_pcm16k).size > 0
         if not has_audio and not images:
@@ -162,9 +162,9 @@ class GroundingScorer:
             label = sound_label(audio_pcm16k)
             if transcript is None:
                 transcript = self.hypotheses(audio_pcm16k) if label == "speech" else ""
-            alternatives = transcripts(transcript)
+            alternatives = heard_of(transcript)
             add(audio_claim_verdicts(answer, alternatives, label))
-            heard = alternatives[0] if label == "speech" and alternatives[0] else SOUND_TEXT[label]
+            heard = alternatives.best if label == "speech" and alternatives.best else SOUND_TEXT[label]
             for sentence, best in self.claim_support(answer, heard):
                 if image_claim_verdicts(sentence, images, question) or audio_claim_verdicts(sentence, heard, label):
                     continue  # its facts were checked one by one above

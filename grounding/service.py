@@ -27,7 +27,7 @@ from prometheus_client import Counter, Histogram
 from sqlalchemy import Engine
 
 from db.usage import set_grounding_score
-from grounding.audio_evidence import sound_label
+from grounding.audio_evidence import Heard, sound_label
 from grounding.guardrail import Verdict, scores, waits_for_verdict
 from grounding.hearing import AudioWordReader
 from grounding.questions import question_kind
@@ -50,7 +50,7 @@ class GroundingService:
         self._pending = 0
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grounding")
         self._verdicts: dict[str, asyncio.Future[Verdict | None]] = {}
-        self._transcripts: dict[str, asyncio.Future[tuple[str, ...]]] = {}
+        self._transcripts: dict[str, asyncio.Future[Heard]] = {}
         self.scored = Counter("tessera_grounding_scored", "Requests given a grounding score.", registry=registry)
         self.skipped = Counter(
             "tessera_grounding_skipped", "Requests left unscored because the scorer was busy.", registry=registry
@@ -113,8 +113,8 @@ class GroundingService:
             clip = audio[0]
             self._transcripts[request_id] = loop.run_in_executor(self._executor, self._transcripts_of, clip)
 
-    def _transcripts_of(self, clip: np.ndarray) -> tuple[str, ...]:
-        return self._scorer.hypotheses(clip) if sound_label(clip) == "speech" else ("",)
+    def _transcripts_of(self, clip: np.ndarray) -> Heard:
+        return self._scorer.hypotheses(clip) if sound_label(clip) == "speech" else Heard()
 
     async def verdict(self, request_id: str, timeout_s: float = 20.0) -> Verdict | None:
         """The request's verdict once it is scored; None without evidence, when scoring failed, or after

@@ -7,12 +7,19 @@ the embeddings the encoder pool already produced (fresh or from the embedding ca
 product per image. Tokens are grouped by label: each label seen becomes a `Detection` with the number of tokens
 it covers and their centroid, in the image's own coordinates (0 at the top or left, 1 at the bottom or right).
 This is the evidence the grounding scorer checks an answer's claims about an image against.
+
+How sure the head is rides along, read from its probabilities (softmax over each token's labels). A label names a
+kind of thing and an attribute ("circle:red": kind "circle"):
+- each detection's `share`: over every token showing its kind, the part of the kind's probability its label
+  holds (a square the head splits between blue and yellow tokens gives each colour about half);
+- each kind's `peak`: its highest probability (all its labels together) on any one token, detected or not, so a
+  thing the head glimpsed but ranked below "nothing here" everywhere is not taken for certainly absent.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +33,12 @@ class Detection:
     cells: int  # merged tokens showing it
     row: float  # centroid, 0 (top) to 1 (bottom)
     col: float  # centroid, 0 (left) to 1 (right)
+    share: float = 1.0  # the label's part of its kind's probability over the tokens showing that kind
+
+
+def kind_of(label: str) -> str:
+    """The kind a label names: "circle" for "circle:red"; a label without an attribute is its own kind."""
+    return label.partition(":")[0]
 
 
 @dataclass(frozen=True)
@@ -33,6 +46,7 @@ class ImageFindings:
     rows: int  # merged-token grid of the image
     cols: int
     detections: tuple[Detection, ...]
+    peaks: dict[str, float] = field(default_factory=dict)  # each kind's highest probability on one token
 
 
 class LabelHead:
@@ -62,15 +76,31 @@ class LabelHead:
         _, h, w = grid_thw
         rows, cols = h // merge_size, w // merge_size
         with torch.inference_mode():
-            predicted = (embeds.float() @ self.weight.t() + self.bias).argmax(-1).reshape(-1)
+            probs = torch.softmax(embeds.float() @ self.weight.t().float() + self.bias.float(), -1)
+            predicted = probs.argmax(-1).reshape(-1)
         if predicted.numel() != rows * cols:
             raise ValueError(f"{predicted.numel()} tokens do not form a {rows}x{cols} grid")
+        probs = probs.reshape(rows * cols, -1)
+        kinds: dict[str, list[int]] = {}
+        for index, label in enumerate(self.labels, start=1):
+            kinds.setdefault(kind_of(label), []).append(index)
+        kind_mass = {kind: probs[:, columns].sum(-1) for kind, columns in kinds.items()}
         detections = []
         for label in sorted(set(predicted.tolist()) - {0}):
             where = (predicted == label).nonzero().reshape(-1)
             r = (where // cols).float() + 0.5
             c = (where % cols).float() + 0.5
+            kind = kind_of(self.labels[label - 1])
+            showing = torch.isin(predicted, torch.tensor(kinds[kind]))
+            share = float(probs[showing, label].sum() / kind_mass[kind][showing].sum().clamp_min(1e-12))
             detections.append(
-                Detection(self.labels[label - 1], int(where.numel()), float(r.mean()) / rows, float(c.mean()) / cols)
+                Detection(
+                    self.labels[label - 1],
+                    int(where.numel()),
+                    float(r.mean()) / rows,
+                    float(c.mean()) / cols,
+                    round(share, 4),
+                )
             )
-        return ImageFindings(rows, cols, tuple(detections))
+        peaks = {kind: round(float(mass.max()), 4) for kind, mass in kind_mass.items()}
+        return ImageFindings(rows, cols, tuple(detections), peaks)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from grounding.audio_evidence import audio_claim_verdicts, sound_label, transcripts
+from grounding.audio_evidence import Heard, audio_claim_verdicts, heard_of, sound_label, transcripts
 from grounding.speech import SOUNDS, render_clip, sample_clip
 
 
@@ -24,7 +24,7 @@ def test_empty_samples_are_silence():
 TRANSCRIPT = "The meeting is on Thursday at 3 o'clock."
 
 
-def _unsupported(answer: str, transcript: str = TRANSCRIPT, label: str = "speech") -> list[str]:
+def _unsupported(answer: str, transcript: str | Heard = TRANSCRIPT, label: str = "speech") -> list[str]:
     return [text for text, ok, _ in audio_claim_verdicts(answer, transcript, label) if not ok]
 
 
@@ -61,3 +61,21 @@ def test_one_transcript_or_several_are_read_as_a_tuple_of_at_least_one():
     assert transcripts(["Please call Emma.", "Please call Anna."]) == ("Please call Emma.", "Please call Anna.")
     assert transcripts([]) == ("",)
     assert transcripts("") == ("",)
+
+
+def test_the_second_listener_supports_what_whispers_best_does_not_contradict():
+    # Whisper's best misheard the thing and the hour as non-words; the tower's reading fills them in
+    heard = Heard(("There are free cares on the table.",), "There are three chairs on the table.")
+    assert _unsupported("There are three chairs on the table.", heard) == []
+    # Whisper's best heard another day: the tower that answered may share its reader's mishearing
+    meeting = Heard(
+        ("The meeting is on Wednesday at 11 o'clock.", "The meeting is on Wednesday at eleven o'clock."),
+        "The meeting is on Tuesday at eleven o'clock.",
+    )
+    assert _unsupported("The meeting is on Tuesday at eleven o'clock.", meeting) == ["on Tuesday"]
+    assert _unsupported("The meeting is on Wednesday at eleven o'clock.", meeting) == []
+    # a runner-up that says the value still supports it, whatever the best says
+    runner_up = Heard(("Please call Anna.", "Please call Emma."), "Please call Emma.")
+    assert _unsupported("You should call Emma.", runner_up) == []
+    assert heard_of("Please call Emma.") == Heard(("Please call Emma.",))
+    assert heard_of(meeting) is meeting

@@ -98,3 +98,62 @@ def test_every_colour_named_for_an_asked_shape_is_said_of_that_shape():
     assert check_image_claims("The circle is red.", FINDINGS, question).unsupported == ()
     # asked about something else, a loose colour is any shape's: the star is blue
     assert check_image_claims("The circle is red, and blue.", FINDINGS, "Where is the circle?").unsupported == ()
+
+
+def test_a_label_head_reports_how_sure_it_is():
+    labels = ["square:blue", "square:yellow", "star:red"]
+    head = LabelHead(torch.eye(4), torch.zeros(4), labels)
+    # four tokens as log-probabilities: a square split between blue and yellow, a star seen nowhere but glimpsed
+    probs = torch.tensor(
+        [
+            [0.1, 0.5, 0.4, 0.0],  # square, blue ahead
+            [0.1, 0.4, 0.5, 0.0],  # square, yellow ahead
+            [0.7, 0.0, 0.0, 0.3],  # nothing here, though a star gets 0.3
+            [1.0, 0.0, 0.0, 0.0],
+        ]
+    )
+    findings = head.findings(torch.log(probs.clamp_min(1e-30)), (1, 4, 4), merge_size=2)
+    shares = {d.label: d.share for d in findings.detections}
+    assert shares == {"square:blue": 0.5, "square:yellow": 0.5}  # each holds half the square's probability
+    assert findings.peaks == {"square": 0.9, "star": 0.3}
+
+
+def _unsure_findings(*detections, peaks=None):
+    return (ImageFindings(8, 8, tuple(detections), peaks or {}),)
+
+
+def test_a_colour_the_head_splits_supports_no_claim_of_it():
+    split = _unsure_findings(
+        Detection("square:blue", 1, 0.5, 0.9, share=0.49), Detection("square:yellow", 1, 0.2, 0.5, share=0.47)
+    )
+    asked = "What colour is the square?"
+    assert check_image_claims("The square is blue.", split, asked).unsupported == ("the square is blue",)
+    assert check_image_claims("The square is yellow.", split, asked).unsupported == ("the square is yellow",)
+    # the shape itself is there; a colour neither token showed is still a plain "no"
+    assert check_image_claims("There is a square.", split).unsupported == ()
+    assert check_image_claims("No.", split, "Is there a red square?").unsupported == ()
+    assert check_image_claims("No.", split, "Is there a yellow square?").unsupported == (
+        "no: is there a yellow square",
+    )
+    assert check_image_claims("Yes.", split, "Is there a blue square?").unsupported == ("yes: is there a blue square",)
+    sure = _unsure_findings(Detection("square:blue", 2, 0.5, 0.9, share=0.8))
+    assert check_image_claims("The square is blue.", sure, asked).unsupported == ()
+
+
+def test_a_glimpsed_shape_may_be_there():
+    findings = _unsure_findings(RED_CIRCLE_LEFT, peaks={"circle": 0.99, "square": 0.21, "star": 0.05})
+    assert check_image_claims("A red circle.", findings, "Which shapes are in this image?").unsupported == (
+        "may leave out the square",
+    )
+    assert check_image_claims("A red circle and a square.", findings, "Which shapes are there?").unsupported == (
+        "a square",  # glimpsed is not seen: naming it is not supported either
+    )
+    assert check_image_claims("There is one shape.", findings, "How many shapes are there?").unsupported == (
+        "1 shapes (a square may be there too)",
+    )
+    assert check_image_claims("No.", findings, "Is there an orange square?").unsupported == (
+        "no: is there a orange square",
+    )
+    assert check_image_claims("No.", findings, "Is there an orange star?").unsupported == ()  # 0.05 is not a glimpse
+    faint = _unsure_findings(RED_CIRCLE_LEFT, peaks={"circle": 0.99, "square": 0.19})
+    assert check_image_claims("There is one shape.", faint, "How many shapes are there?").unsupported == ()
