@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from grounding.answers import SHAPE_NOUNS, extract_claims
+from grounding.golden import article
 from grounding.questions import question_kind
 from serving.detection import ImageFindings
 
@@ -135,7 +136,8 @@ def image_claim_verdicts(answer: str, findings: tuple[ImageFindings, ...], quest
     for noun, value in claims.numbers:
         if noun in (None, "shape"):
             counted = value == facts["count"] and not doubts.glimpsed
-            verdicts.append((f"{value} shapes{maybe}", counted, ("number", noun, str(value))))
+            shapes = "shape" if value == 1 else "shapes"
+            verdicts.append((f"{value} {shapes}{maybe}", counted, ("number", noun, str(value))))
     if claims.yes_no is not None and question_kind(question) == "exists":
         asked = [(n, c) for n, c in extract_claims(question).colours if n in SHAPE_NOUNS]
         if asked:
@@ -144,7 +146,8 @@ def image_claim_verdicts(answer: str, findings: tuple[ImageFindings, ...], quest
                 ok = colours.get(shape) == colour and shape not in doubts.unsure
             else:
                 ok = colour not in doubts.seen_colours.get(shape, ()) and shape not in doubts.glimpsed
-            verdicts.append((f"{claims.yes_no}: is there a {colour} {shape}", ok, ("exists", shape, colour)))
+            asks = f"is there {article(colour)} {colour} {shape}"
+            verdicts.append((f"{claims.yes_no}: {asks}", ok, ("exists", shape, colour)))
     return verdicts + _left_out(claims.objects, facts["objects"], doubts.glimpsed, question)
 
 

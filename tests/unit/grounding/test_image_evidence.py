@@ -149,10 +149,10 @@ def test_a_glimpsed_shape_may_be_there():
         "a square",  # glimpsed is not seen: naming it is not supported either
     )
     assert check_image_claims("There is one shape.", findings, "How many shapes are there?").unsupported == (
-        "1 shapes (a square may be there too)",
+        "1 shape (a square may be there too)",
     )
     assert check_image_claims("No.", findings, "Is there an orange square?").unsupported == (
-        "no: is there a orange square",
+        "no: is there an orange square",
     )
     assert check_image_claims("No.", findings, "Is there an orange star?").unsupported == ()  # 0.05 is not a glimpse
     faint = _unsure_findings(RED_CIRCLE_LEFT, peaks={"circle": 0.99, "square": 0.19})
