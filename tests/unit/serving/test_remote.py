@@ -8,7 +8,7 @@ import torch
 from serving.encoders import AudioFeatures, ImageEmbedding
 from serving.engine import EngineRequest, GenerationParams, StructuredOutput
 from serving.errors import InternalFailure
-from serving.remote import _ReplicaFailed, _StreamState, features_body, sampling_body
+from serving.remote_wire import ReplicaFailed, StreamState, features_body, sampling_body
 
 IMAGE, AUDIO = 900, 901
 
@@ -75,7 +75,7 @@ def _chunk(text: str, finish: str | None = None, index: int = 0, **extra) -> dic
 
 
 def test_a_finishing_delta_waits_for_the_cached_token_count():
-    state = _StreamState("small", with_logprobs=False)
+    state = StreamState("small", with_logprobs=False)
     first = state.feed(_chunk("a", prompt_token_ids=[1, 2, 3]))
     assert [d.text for d in first] == ["a"]
     assert first[0].prompt_token_ids == [1, 2, 3]
@@ -86,9 +86,9 @@ def test_a_finishing_delta_waits_for_the_cached_token_count():
 
 
 def test_an_error_before_the_first_delta_may_go_elsewhere_and_after_it_may_not():
-    with pytest.raises(_ReplicaFailed):
-        _StreamState("small", False).feed({"error": {"message": "engine dead"}})
-    state = _StreamState("small", False)
+    with pytest.raises(ReplicaFailed):
+        StreamState("small", False).feed({"error": {"message": "engine dead"}})
+    state = StreamState("small", False)
     state.feed(_chunk("a"))
     with pytest.raises(InternalFailure):
         state.feed({"error": {"message": "engine dead"}})
@@ -97,18 +97,18 @@ def test_an_error_before_the_first_delta_may_go_elsewhere_and_after_it_may_not()
 def test_a_request_specific_error_before_the_first_delta_ejects_nothing():
     """Only an error saying the engine is gone makes the replica suspect; any other fails just this request."""
     with pytest.raises(InternalFailure):
-        _StreamState("small", False).feed({"error": {"message": "the grammar could not be compiled"}})
-    with pytest.raises(_ReplicaFailed):
-        _StreamState("small", False).feed(
+        StreamState("small", False).feed({"error": {"message": "the grammar could not be compiled"}})
+    with pytest.raises(ReplicaFailed):
+        StreamState("small", False).feed(
             {"error": {"message": "EngineCore encountered an issue. See stack trace (above) for the root cause."}}
         )
 
 
 def test_a_restartable_request_may_go_elsewhere_even_after_its_first_delta():
     """A request whose client sees nothing until the answer is whole has shown nothing when its replica dies."""
-    state = _StreamState("small", False, restartable=True)
+    state = StreamState("small", False, restartable=True)
     state.feed(_chunk("a"))
-    with pytest.raises(_ReplicaFailed):
+    with pytest.raises(ReplicaFailed):
         state.feed({"error": {"message": "engine dead"}})
     with pytest.raises(InternalFailure):  # a request-specific error still fails just the request
-        _StreamState("small", False, restartable=True).feed({"error": {"message": "bad grammar"}})
+        StreamState("small", False, restartable=True).feed({"error": {"message": "bad grammar"}})
