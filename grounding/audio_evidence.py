@@ -120,9 +120,9 @@ def audio_claim_verdicts(answer: str, transcript: str | Sequence[str] | Heard, l
     heard = heard_of(transcript)
     said: set[SpokenKey] = set()
     if label == "speech":
-        said = {key for text in heard.transcripts for key in _said(text)}
-        best = _said(heard.best)
-        said |= {key for key in _said(heard.reading) if not _overruled(key, best)}
+        each = [_said(text) for text in heard.transcripts]  # each[0]: the best transcript's
+        said = set().union(*each)
+        said |= {key for key in _said(heard.reading) if not _overruled(key, each[0])}
     answer_claims = extract_claims(answer)
     verdicts: list[Verdict] = [(claim_text(k), k in said, k) for k in spoken_claims(answer_claims)]
     verdicts += [(f"the sound is {s}", s == label, ("sound", None, s)) for s in sorted(answer_claims.sounds)]
