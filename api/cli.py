@@ -115,6 +115,7 @@ def train_demo(args: argparse.Namespace) -> None:
     import json
 
     from grounding.curriculum import parse_kind_weights, parse_mix_weights
+    from grounding.train_output import export, quick_eval
     from grounding.training import TrainConfig, Trainer
     from serving.demo_models import DEMO_WEIGHTS_DIR, build_demo_checkpoints
 
@@ -159,10 +160,10 @@ def train_demo(args: argparse.Namespace) -> None:
     except ValueError as exc:
         raise SystemExit(f"error: {exc}") from None
     trainer.train()
-    path = trainer.export(args.out or DEMO_WEIGHTS_DIR)
+    path = export(trainer, args.out or DEMO_WEIGHTS_DIR)
     print(f"trained weights: {path}")
     if args.eval_items:
-        check = trainer.quick_eval(args.eval_items)
+        check = quick_eval(trainer, args.eval_items)
         print(json.dumps(check, indent=2))
         manifest = path.with_suffix(".json")
         recorded = json.loads(manifest.read_text())
@@ -172,7 +173,7 @@ def train_demo(args: argparse.Namespace) -> None:
 
 def calibrate_demo(args: argparse.Namespace) -> None:
     from grounding.calibration import recalibrate
-    from grounding.training import WEIGHTS_NAME
+    from grounding.train_output import WEIGHTS_NAME
     from serving.demo_models import DEMO_WEIGHTS_DIR, build_demo_checkpoints
 
     weights = DEMO_WEIGHTS_DIR / WEIGHTS_NAME.format(pool=args.pool)

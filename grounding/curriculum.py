@@ -10,15 +10,21 @@ from collections.abc import Iterator
 import numpy as np
 
 from grounding.golden import AUDIO_KINDS, IMAGE_KINDS, MIXES, GoldenItem
-from grounding.world import MAX_REACH, Scene, sample_scene
+from grounding.world import MAX_REACH, RADIUS_FRACTION, Scene, sample_scene
 
 
 def vision_scene(rng: np.random.Generator, enlarge_share: float) -> Scene:
-    """A scene of the world, or, `enlarge_share` of the time, one shape, drawn up to 3 times the world's size if
-    it is large (`enlarged`)."""
+    """A scene of the world, or, `enlarge_share` of the time, one large shape drawn up to 3 times the world's size
+    (`enlarged`; a small one drawn is made large first, so every such scene shows a shape bigger than the world's)."""
     if rng.random() >= enlarge_share:
         return sample_scene(rng)
-    return enlarged(sample_scene(rng, n_shapes=1), rng)
+    scene = sample_scene(rng, n_shapes=1)
+    (shape,) = scene.shapes
+    if shape.size == "small":
+        radius = max(3, round(RADIUS_FRACTION["large"] * min(scene.width, scene.height)))
+        shape = dataclasses.replace(shape, size="large", radius=radius)
+        scene = dataclasses.replace(scene, shapes=(shape,))
+    return enlarged(scene, rng)
 
 
 def enlarged(scene: Scene, rng: np.random.Generator) -> Scene:

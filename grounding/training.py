@@ -26,7 +26,8 @@ step counter:
    carries `text_items` text-only turns answered as the untouched text model answered them (grounding.text_keep),
    so the adapter leaves plain chat as it found it.
 The stage losses and the word targets live in grounding.stage_losses, what each stage sees in grounding.curriculum,
-the thinker's loading, chat template and LoRA in grounding.thinker, the settings in grounding.train_config.
+the thinker's loading, chat template and LoRA in grounding.thinker, the settings in grounding.train_config,
+the exported weights and their manifest in grounding.train_output.
 The text model's own weights stay frozen; `build-demo` merges the LoRA into them. Where the CPU multiplies bfloat16
 natively, matrix products run under bfloat16 autocast (`bf16`), about twice as fast; the weights and the optimizer
 stay float32. `init` starts from an earlier run's exported weights instead of from nothing.
@@ -42,7 +43,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict
@@ -51,22 +51,16 @@ from typing import Any
 
 import numpy as np
 
-from grounding.answers import check_answer
-from grounding.calibration import calibrate
 from grounding.curriculum import enlarged, vision_scene, weighted_items
-from grounding.golden import MIXES, GoldenItem, golden_set, training_items
+from grounding.golden import MIXES, GoldenItem, training_items
 from grounding.speech import render_clip
-from grounding.stage_losses import ATTRIBUTES, LABELS, WordTargets, audio_stage_loss, image_stage_loss, word_logits
+from grounding.stage_losses import LABELS, WordTargets, audio_stage_loss, image_stage_loss, word_logits
 from grounding.text_keep import own_answers
 from grounding.thinker import AUDIO_PART, install_lora, load_thinker, prompt_text
 from grounding.train_config import STAGES, TrainConfig, learning_rate
-from grounding.world import COLOURS, SHAPES, render_scene
-from serving.detection import LabelHead
+from grounding.world import render_scene
 
 Progress = Callable[[str], None]
-
-WEIGHTS_NAME = "{pool}-grounding.safetensors"
-MANIFEST_NAME = "{pool}-grounding.json"
 
 
 def _full_precision() -> Any:
@@ -78,17 +72,6 @@ def _full_precision() -> Any:
 
 def _rng(config: TrainConfig, stage: str, step: int) -> np.random.Generator:
     return np.random.default_rng([config.seed, STAGES.index(stage), step])
-
-
-def lineage_of(weights: Path) -> list[dict[str, Any]]:
-    """The runs behind exported `weights`, newest first (each one's settings, weights hash and last figures), read
-    from the manifest beside them and the lineage it records; empty when no manifest is there."""
-    manifest = weights.with_suffix(".json")
-    if not manifest.exists():
-        return []
-    recorded = json.loads(manifest.read_text())
-    run = {k: recorded.get(k) for k in ("config", "weights_sha256", "final", "last_50", "label_head_calibration")}
-    return [run, *recorded.get("lineage", [])]
 
 
 class Trainer:
@@ -119,11 +102,12 @@ class Trainer:
         self.history: list[dict[str, float]] = []
         self.init_sha256: str | None = None
         # Made before any weights are loaded (`init` or a checkpoint): the adapter's update is still zero, so these
-        # are the text model's own answers (and a resumed run reads the ones its first run wrote).
+        # are the text model's own answers (and a resumed run reads the ones its first run wrote). A run without a
+        # joint stage never uses them, so it does not spend minutes making them.
         answers = work_dir / "text_answers.json"
         self.text_items = (
             own_answers(self.thinker, self.processor, answers, lambda q: prompt_text(q, media=()), progress=progress)
-            if config.text_items
+            if config.text_items and config.steps
             else []
         )
         if config.init:
@@ -453,96 +437,3 @@ class Trainer:
             )
             if self.step % config.checkpoint_every == 0 or self.step == config.total_steps:
                 self.save_checkpoint()
-
-    # -- output --------------------------------------------------------------------------------------------------
-
-    def answer(self, item: GoldenItem, max_new_tokens: int = 48) -> str:
-        """Greedy answer of the model as it stands (LoRA unmerged), through transformers."""
-        import torch
-
-        enc = self.processor(
-            text=[prompt_text(item.question, media=item.media_order)],
-            images=[item.image()] if item.scene is not None else None,
-            audio=[np.asarray(item.audio())] if item.clip is not None else None,
-            return_tensors="pt",
-        )
-        with torch.no_grad():
-            out = self.thinker.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False)
-        return str(self.processor.tokenizer.decode(out[0, enc["input_ids"].shape[1] :], skip_special_tokens=True))
-
-    def quick_eval(self, limit: int, mixes: tuple[str, ...] = ("image", "audio", "image+audio")) -> dict[str, Any]:
-        """Accuracy on the first `limit` held-out items of each mix, by mix and question kind."""
-        items = [i for mix in mixes for i in [i for i in golden_set("heldout") if i.mix == mix][:limit]]
-        by_kind: dict[str, list[bool]] = {}
-        for n, item in enumerate(items, 1):
-            verdict = check_answer(item, self.answer(item))
-            by_kind.setdefault(f"{item.mix}/{item.kind}", []).append(bool(verdict.correct))
-            if n % 10 == 0:
-                self.progress(f"  quick eval {n}/{len(items)}")
-        by_mix: dict[str, list[bool]] = {}
-        for key, values in by_kind.items():
-            by_mix.setdefault(key.split("/")[0], []).extend(values)
-        total = [v for vs in by_kind.values() for v in vs]
-        return {
-            "items": len(total),
-            "accuracy": sum(total) / max(1, len(total)),
-            "by_mix": {k: sum(v) / len(v) for k, v in sorted(by_mix.items())},
-            "by_kind": {k: sum(v) / len(v) for k, v in sorted(by_kind.items())},
-        }
-
-    def export(self, out_dir: Path) -> Path:
-        """The trained tensors (vision tower as `thinker.visual.*`, the trained part of the audio tower, LoRA,
-        label head) and a manifest beside them."""
-        from safetensors.torch import save_file
-
-        tensors = {f"thinker.visual.{k}": v.detach().contiguous() for k, v in self.thinker.visual.state_dict().items()}
-        tensors.update({k: v.detach().contiguous() for k, v in self.audio_trainable().items()})
-        tensors.update({k: v.detach().contiguous() for k, v in self.lora.items()})
-        names = [f"{shape}:{colour}" for shape in SHAPES for colour in COLOURS]  # label i + 1, as `label_of`
-        head = self.heads["label"]
-        self.progress("calibrating the label head's 'nothing here' label on fresh scenes")
-        calibration = calibrate(
-            self.thinker, self.processor, LabelHead(head.weight.detach(), head.bias.detach(), names)
-        )
-        bias = head.bias.detach().clone()
-        bias[0] -= calibration.margin
-        tensors.update({"label_head.weight": head.weight.detach().contiguous(), "label_head.bias": bias})
-        out_dir.mkdir(parents=True, exist_ok=True)
-        path = out_dir / WEIGHTS_NAME.format(pool=self.config.pool)
-        metadata = {
-            "lora_scale": str(self.config.lora_scale),
-            "labels": json.dumps(names),
-            "audio_words": json.dumps(list(self.targets.vocabulary)),  # CTC class i + 1, as grounding.hearing reads
-        }
-        save_file(tensors, str(path), metadata=metadata)
-
-        def mean_of(key: str, stage: str) -> float | None:
-            values = [h[key] for h in self.history if key in h and self.config.stage(int(h["step"]) - 1) == stage]
-            return float(np.mean(values[-50:])) if values else None
-
-        keys = {
-            "vision": [
-                "loss",
-                *(f"{name} accuracy" for name in ATTRIBUTES),
-                *("centre error", "empty error", "cell accuracy"),
-            ],
-            "audio": ["ctc loss", "token error", "clip accuracy"],
-            "joint": ["answer loss", "text loss", "cell accuracy", "clip accuracy"],
-        }
-        # The starting weights are named by their run (the lineage's first entry, and `started_from_sha256`), not
-        # by a path that only meant something on the machine that trained them.
-        config = {**asdict(self.config), **({"init": "(the run of lineage[0])"} if self.config.init else {})}
-        manifest = {
-            "config": config,
-            "weights_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-            "started_from_sha256": self.init_sha256,
-            "lineage": lineage_of(Path(self.config.init)) if self.config.init else [],
-            "final": self.history[-1] if self.history else None,
-            "last_50": {stage: {k: mean_of(k, stage) for k in names} for stage, names in keys.items()},
-            "label_head_calibration": {
-                "margin": calibration.margin,
-                "scenes agreeing, by margin": {str(m): round(v, 4) for m, v in calibration.agreement.items()},
-            },
-        }
-        (out_dir / MANIFEST_NAME.format(pool=self.config.pool)).write_text(json.dumps(manifest, indent=2) + "\n")
-        return path

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from itertools import islice
-
 import numpy as np
 import pytest
 import torch
 from safetensors.torch import save_file
 
-from grounding.curriculum import enlarged, mix_turns, parse_kind_weights, weighted_items
-from grounding.golden import IMAGE_KINDS, GoldenItem, training_items
+from grounding.curriculum import mix_turns
+from grounding.golden import training_items
 from grounding.speech import SENTENCE_FORMS, Clip, render_clip, sample_clip
 from grounding.stage_losses import (
     ATTRIBUTES,
@@ -30,7 +28,7 @@ from grounding.stage_losses import (
 )
 from grounding.thinker import prompt_text
 from grounding.training import TrainConfig, Trainer
-from grounding.world import COLOURS, MAX_REACH, SHAPES, Scene, Shape
+from grounding.world import COLOURS, SHAPES, Scene, Shape
 from serving.demo_models import apply_grounding, merge_lora
 
 
@@ -239,7 +237,7 @@ def test_a_token_reads_as_the_nearest_word_even_among_close_neighbours():
 def test_the_lineage_of_weights_lists_the_runs_behind_them_newest_first(tmp_path):
     import json
 
-    from grounding.training import lineage_of
+    from grounding.train_output import lineage_of
 
     weights = tmp_path / "large-grounding.safetensors"
     assert lineage_of(weights) == []
@@ -293,58 +291,6 @@ def test_starting_weights_too_quiet_to_read_are_left_alone():
     Trainer._fit_audio_length(tower)
     assert torch.allclose(tower.thinker.audio_tower.proj.weight, torch.eye(64) * 0.1)
     assert "left as they are" in tower.said[-1]
-
-
-def _drawn(weights: tuple[tuple[str, float], ...], n: int) -> list[GoldenItem]:
-    return list(islice(weighted_items(training_items(5, ("image",)), weights, (1, 0)), n))
-
-
-def test_kind_weights_lean_the_joint_items_towards_the_heavy_kinds_and_keep_the_rest():
-    weights = (("describe", 3.0), ("colour_of", 0.5))
-    drawn = [item.kind for item in _drawn(weights, 600)]
-    share = {kind: drawn.count(kind) / len(drawn) for kind in IMAGE_KINDS}
-    # drawn in turn, each kind is kept in proportion to its weight: 3 / 7.5 for describe, 0.5 / 7.5 for colour_of
-    assert share["describe"] == pytest.approx(3 / 7.5, abs=0.06)
-    assert share["colour_of"] == pytest.approx(0.5 / 7.5, abs=0.04)
-    assert share["count"] == pytest.approx(1 / 7.5, abs=0.05)
-    assert [i.id for i in _drawn(weights, 50)] == [i.id for i in _drawn(weights, 50)]
-    assert [item.kind for item in _drawn((), 12)] == list(IMAGE_KINDS) * 2
-
-
-def test_kind_weights_are_read_from_the_command_line_and_bad_ones_are_refused():
-    assert parse_kind_weights("describe=3, which_shapes=2") == (("describe", 3.0), ("which_shapes", 2.0))
-    for bad in ("describe", "describe=0", "describe=x", "=2"):
-        with pytest.raises(ValueError, match="kind=weight"):
-            parse_kind_weights(bad)
-    with pytest.raises(ValueError, match="unknown question kinds"):
-        next(weighted_items(training_items(5, ("image",)), (("painting", 2.0),), (1, 0)))
-
-
-def test_a_lone_large_shape_is_drawn_bigger_inside_the_frame_and_keeps_its_facts():
-    rng = np.random.default_rng(3)
-    lone = Scene(320, 240, (255, 255, 255), 0.0, 0, (Shape("circle", "red", "large", "centre", 160, 120, 26),))
-    drawn = [enlarged(lone, rng) for _ in range(40)]
-    radii = [scene.shapes[0].radius for scene in drawn]
-    assert min(radii) >= 26
-    assert max(radii) > 60  # up to 3 times, as far as the centre's room allows (3.85)
-    for scene in drawn:
-        (shape,) = scene.shapes
-        assert (shape.kind, shape.colour, shape.size, shape.position) == ("circle", "red", "large", "centre")
-        assert MAX_REACH * shape.radius <= min(shape.cx, shape.cy, 320 - shape.cx, 240 - shape.cy) + 1
-    small = Scene(320, 240, (255, 255, 255), 0.0, 0, (Shape("star", "blue", "small", "left", 40, 120, 13),))
-    assert enlarged(small, rng) is small
-    assert enlarged(_scene(), rng) == _scene()
-
-
-def test_mix_turns_spread_each_mix_over_the_round_by_its_weight():
-    assert mix_turns({"image": 3, "audio": 3, "image+audio": 2}) == (
-        "image", "audio", "image+audio", "image", "audio", "image+audio", "image", "audio"
-    )  # fmt: skip
-    turns = mix_turns({"image": 5, "audio": 1, "image+audio": 2})
-    assert sorted(turns) == sorted(["image"] * 5 + ["audio"] + ["image+audio"] * 2)
-    assert "image, image, image" not in ", ".join(turns)  # spread out, not bunched
-    assert mix_turns({"audio": 1, "image": 0}) == ("audio",)
-    assert TrainConfig().joint_mix == mix_turns({"image": 3, "audio": 3, "image+audio": 2})
 
 
 def test_joint_items_follow_the_mix_turns():
