@@ -25,7 +25,7 @@ import pytest
 
 from bench.common import png_data_url, wav_b64
 from bench.replicas import Replica, running_replicas
-from serving.fleet import parse_vllm_metrics
+from serving.replica_metrics import parse_vllm_metrics
 from tests import openai_wire
 from tests.conftest import ADMIN_KEY, API_KEY, MODELS_DIR, LiveServer, free_port, run_server
 from tests.dbs import migrated

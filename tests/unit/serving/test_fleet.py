@@ -5,57 +5,9 @@ import httpx
 import pytest
 
 from serving.errors import EngineUnavailable
-from serving.fleet import (
-    SLOW_SCRAPES_TO_EJECT,
-    EndpointPicker,
-    Replica,
-    ReplicaMetrics,
-    parse_vllm_metrics,
-    rendezvous_weight,
-)
-
-MODEL = 'model_name="Qwen/Qwen2.5-0.5B-Instruct"'
-# vllm:cache_config_info as vLLM 0.32 writes it: every CacheConfig field a label, the gauge set to 1.
-CACHE_LABELS = (
-    '_block_size_resolved="True",block_size="16",cache_dtype="auto",cache_hit_alignment_tokens="None",'
-    'effective_attention_block_size="None",enable_mamba_shared_prefix_checkpoint="False",'
-    'enable_prefix_caching="True",engine="{engine}",gpu_memory_utilization="0.92",hash_block_size="None",'
-    'is_attention_free="False",kv_cache_dtype_skip_layers="[]",kv_cache_layout="None",'
-    'kv_cache_max_concurrency="None",kv_cache_memory_bytes="None",kv_cache_size_tokens="None",'
-    'kv_offloading_backend="native",kv_offloading_size="None",kv_sharing_fast_prefill="False",'
-    'mamba_block_size="None",mamba_cache_dtype="auto",mamba_cache_mode="none",mamba_page_size_padded="None",'
-    'mamba_ssm_cache_dtype="auto",num_cpu_blocks="None",num_gpu_blocks="{blocks}",num_gpu_blocks_override="None",'
-    'prefix_cache_retention_interval="0",prefix_caching_hash_algo="sha256",prefix_match_unit="None",'
-    'replayssm_buffer_len="16",skip_page_size_padded="None",sliding_window="None",swa_bounded_replay="True",'
-    'use_kda_recoverssm="False",use_replayssm="False",user_specified_block_size="True"'
-)
-
-
-def vllm_metrics(
-    running=(3, 2), waiting=(1, 0), kv=(0.25, 0.75), queries=(1000.0, 500.0), hits=(600.0, 150.0), blocks=2048
-):
-    """A /metrics page in prometheus_client's exposition, one sample per engine of the server."""
-    engines = range(len(running))
-
-    def family(name, kind, help_, values):
-        lines = [f"# HELP {name} {help_}", f"# TYPE {name} {kind}"]
-        lines += [f'{name}{{engine="{e}",{MODEL}}} {float(values[e])!r}' for e in engines]
-        return lines
-
-    lines = [
-        *family("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", running),
-        *family("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", waiting),
-        *[f'vllm:num_requests_waiting_by_reason{{engine="{e}",{MODEL},reason="capacity"}} 7.0' for e in engines],
-        *family("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", kv),
-        *family("vllm:prefix_cache_queries_total", "counter", "Prefix cache queries.", queries),
-        *family("vllm:prefix_cache_queries_created", "gauge", "Prefix cache queries.", [1.7961057915718188e09] * 2),
-        *family("vllm:prefix_cache_hits_total", "counter", "Prefix cache hits.", hits),
-        *family("vllm:prefix_cache_hits_created", "gauge", "Prefix cache hits.", [1.7961057915718434e09] * 2),
-        "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig",
-        "# TYPE vllm:cache_config_info gauge",
-        *["vllm:cache_config_info{" + CACHE_LABELS.format(engine=e, blocks=blocks) + "} 1.0" for e in engines],
-    ]
-    return "\n".join(lines) + "\n"
+from serving.fleet import SLOW_SCRAPES_TO_EJECT, EndpointPicker, Replica, rendezvous_weight
+from serving.replica_metrics import ReplicaMetrics
+from tests.vllm_metrics import vllm_metrics
 
 
 class Clock:
@@ -104,42 +56,6 @@ def with_metrics(replica, running=0, waiting=0, kv=0.0):
     replica.metrics = ReplicaMetrics(kv_cache_usage=kv, running=running, waiting=waiting)
     replica.own_at_scrape = replica.in_flight
     return replica
-
-
-# Parsing
-
-
-def test_parses_vllm_exposition_summing_engines():
-    m = parse_vllm_metrics(vllm_metrics(), now=12.5)
-    assert (m.running, m.waiting) == (5, 1)  # waiting_by_reason is another metric
-    assert m.kv_cache_usage == pytest.approx(0.5)  # a fraction: the mean over engines, not the sum
-    assert (m.prefix_cache_queries, m.prefix_cache_hits) == (1500.0, 750.0)  # `_created` is not the counter
-    assert m.prefix_cache_hit_rate == pytest.approx(0.5)
-    assert (m.num_gpu_blocks, m.block_size) == (4096, 16)
-    assert m.scraped_at == 12.5
-
-
-def test_parse_is_tolerant():
-    text = "\n".join(
-        [
-            "garbage without a value",
-            "# TYPE vllm:num_requests_running gauge",
-            'vllm:num_requests_running{engine="0",model_name="a \\"quoted\\", {odd} name"} 4 1700000000000',
-            "vllm:num_requests_running{engine=broken} 9",
-            'vllm:num_requests_waiting{engine="0"} not-a-number',
-            'vllm:kv_cache_usage_perc{engine="0"} NaN',
-            'vllm:prefix_cache_queries{engine="0"} 10',  # the bare counter name
-            'vllm:prefix_cache_hits{engine="0"} 4',
-            'vllm:prefix_cache_hits_total{engine="0"} 4',  # both spellings of one sample count once
-            'vllm:cache_config_info{block_size="32",engine="0",num_gpu_blocks="None"} 1.0',
-            "",
-        ]
-    )
-    m = parse_vllm_metrics(text, now=1.0)
-    assert (m.running, m.waiting, m.kv_cache_usage) == (4, 0, 0.0)
-    assert (m.prefix_cache_queries, m.prefix_cache_hits) == (10.0, 4.0)
-    assert (m.num_gpu_blocks, m.block_size) == (None, 32)
-    assert parse_vllm_metrics("", now=2.0) == ReplicaMetrics(scraped_at=2.0)
 
 
 # Choice
