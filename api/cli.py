@@ -269,7 +269,7 @@ def _models_parser(sub: Any) -> None:
         "--enlarge-share",
         type=float,
         default=None,
-        help="Share of the vision stage's scenes that hold one shape, drawn up to 3 times bigger (default 0.25).",
+        help="Share of the vision stage's scenes that hold one large shape, drawn up to 3 times bigger (default 0.25).",
     )
     train.add_argument(
         "--audio-variety",
