@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from grounding.golden import AUDIO_KINDS, IMAGE_KINDS, MIXES, GoldenItem
-from grounding.world import MAX_REACH, RADIUS_FRACTION, Scene, sample_scene
+from grounding.world import MAX_REACH, Scene, sample_scene, world_radius
 
 
 def vision_scene(rng: np.random.Generator, enlarge_share: float) -> Scene:
@@ -21,7 +21,7 @@ def vision_scene(rng: np.random.Generator, enlarge_share: float) -> Scene:
     scene = sample_scene(rng, n_shapes=1)
     (shape,) = scene.shapes
     if shape.size == "small":
-        radius = max(3, round(RADIUS_FRACTION["large"] * min(scene.width, scene.height)))
+        radius = world_radius("large", scene.width, scene.height)
         shape = dataclasses.replace(shape, size="large", radius=radius)
         scene = dataclasses.replace(scene, shapes=(shape,))
     return enlarged(scene, rng)

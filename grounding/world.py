@@ -104,6 +104,11 @@ def _image_size(rng: np.random.Generator) -> tuple[int, int]:
     return width, int(rng.integers(low, high + 1))
 
 
+def world_radius(size: str, width: int, height: int) -> int:
+    """The radius the world draws a shape of `size` at in a `width` x `height` image."""
+    return max(3, round(RADIUS_FRACTION[size] * min(width, height)))
+
+
 def sample_scene(rng: np.random.Generator, *, n_shapes: int | None = None) -> Scene:
     """A random scene: 1-4 shapes (or `n_shapes`) of distinct kinds at distinct positions."""
     width, height = _image_size(rng)
@@ -112,7 +117,6 @@ def sample_scene(rng: np.random.Generator, *, n_shapes: int | None = None) -> Sc
         raise ValueError(f"a scene holds 1-{len(SHAPES)} shapes, not {count}")
     kinds = rng.choice(len(SHAPES), size=count, replace=False)
     places = rng.choice(len(POSITIONS), size=count, replace=False)
-    short = min(width, height)
     shapes = []
     for kind_i, place_i in zip(kinds, places, strict=True):
         size = SIZES[int(rng.integers(len(SIZES)))]
@@ -127,7 +131,7 @@ def sample_scene(rng: np.random.Generator, *, n_shapes: int | None = None) -> Sc
                 position=position,
                 cx=round((ax + jx) * width),
                 cy=round((ay + jy) * height),
-                radius=max(3, round(RADIUS_FRACTION[size] * short)),
+                radius=world_radius(size, width, height),
             )
         )
     background = tuple(int(v) for v in rng.integers(232, 256, size=3))

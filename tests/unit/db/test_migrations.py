@@ -1,13 +1,10 @@
 """Migrations run upgrade -> downgrade -> upgrade on SQLite and PostgreSQL."""
 
-import uuid
-
 import pytest
-from sqlalchemy import create_engine, inspect, text
+from sqlalchemy import create_engine, inspect
 
 from db.session import downgrade, upgrade
-
-PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+from tests.dbs import empty_pg_database
 
 
 def _tables(url):
@@ -60,18 +57,8 @@ def test_sqlite_roundtrip(tmp_path):
 
 @pytest.fixture
 def pg_database():
-    name = f"tessera_mig_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
-    except Exception as exc:
-        admin.dispose()
-        pytest.fail(f"PostgreSQL at 127.0.0.1:5432 is required for this test: {exc}")
-    yield PG_ADMIN.rsplit("/", 1)[0] + f"/{name}"
-    with admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
-    admin.dispose()
+    with empty_pg_database("tessera_mig") as url:
+        yield url
 
 
 def test_postgresql_roundtrip(pg_database):

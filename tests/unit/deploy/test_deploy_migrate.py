@@ -6,14 +6,13 @@ import importlib.util
 import os
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from types import ModuleType
 
 import pytest
 from sqlalchemy import create_engine, text
 
-from tests.dbs import PG_ADMIN
+from tests.dbs import empty_pg_database
 from tests.deploy_files import (
     DEPLOY,
 )
@@ -32,20 +31,8 @@ def _migrate_module() -> ModuleType:
 
 @pytest.fixture
 def pg_url() -> Iterator[str]:
-    name = f"tessera_deploy_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
-    except Exception as exc:
-        admin.dispose()
-        pytest.fail(f"PostgreSQL at 127.0.0.1:5432 is required for this test: {exc}")
-    try:
-        yield PG_ADMIN.rsplit("/", 1)[0] + f"/{name}"
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
-        admin.dispose()
+    with empty_pg_database("tessera_deploy") as url:
+        yield url
 
 
 def test_migrate_lets_replicas_starting_together_migrate_an_empty_database(pg_url):
