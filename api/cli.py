@@ -129,6 +129,8 @@ def train_demo(args: argparse.Namespace) -> None:
         raise SystemExit(f"error: --mix-weights: {exc}") from None
     if args.enlarge_share is not None and not 0.0 <= args.enlarge_share <= 1.0:
         raise SystemExit(f"error: --enlarge-share must lie in [0, 1], got {args.enlarge_share}")
+    if args.lone_share is not None and not 0.0 <= args.lone_share <= 1.0:
+        raise SystemExit(f"error: --lone-share must lie in [0, 1], got {args.lone_share}")
     if args.audio_variety is not None and not 0.0 <= args.audio_variety <= 1.0:
         raise SystemExit(f"error: --audio-variety must lie in [0, 1], got {args.audio_variety}")
     if args.lr is not None and not 0.0 < args.lr <= 0.1:
@@ -147,6 +149,7 @@ def train_demo(args: argparse.Namespace) -> None:
         ("kind_weights", kind_weights),
         ("joint_mix", joint_mix),
         ("enlarge_share", args.enlarge_share),
+        ("joint_lone_share", args.lone_share),
         ("audio_variety", args.audio_variety),
         ("lr", args.lr),
         ("joint_vision_blocks", args.joint_vision_blocks),
@@ -270,6 +273,13 @@ def _models_parser(sub: Any) -> None:
         type=float,
         default=None,
         help="Share of the vision stage's scenes that hold one large shape, drawn up to 3 times bigger (default 0.25).",
+    )
+    train.add_argument(
+        "--lone-share",
+        type=float,
+        default=None,
+        help="Share of the joint stage's image items asked about one large shape drawn up to 3 times bigger "
+        "(default 0).",
     )
     train.add_argument(
         "--audio-variety",

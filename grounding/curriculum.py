@@ -1,6 +1,7 @@
 """What `tessera models train-demo` (grounding.training) shows each stage: the vision stage's scenes, with a share
 of lone shapes drawn bigger than the world draws them, and the joint stage's items, the mixes taking turns step by
-step as weighted (`--mix-weights`) and the question kinds weighted as asked (`--kind-weights`)."""
+step as weighted (`--mix-weights`), the question kinds weighted as asked (`--kind-weights`) and a share of the image
+items asked about one big shape instead (`--lone-share`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from grounding.golden import AUDIO_KINDS, IMAGE_KINDS, MIXES, GoldenItem
+from grounding.golden import AUDIO_KINDS, IMAGE_KINDS, MIXES, GoldenItem, image_facts, image_question
 from grounding.world import MAX_REACH, Scene, sample_scene, world_radius
 
 
@@ -37,6 +38,19 @@ def enlarged(scene: Scene, rng: np.random.Generator) -> Scene:
     room = min(shape.cx, shape.cy, scene.width - shape.cx, scene.height - shape.cy) / (MAX_REACH * shape.radius)
     factor = float(rng.uniform(1.0, max(1.0, min(3.0, room))))
     return dataclasses.replace(scene, shapes=(dataclasses.replace(shape, radius=round(shape.radius * factor)),))
+
+
+def lone_shape_item(item: GoldenItem, rng: np.random.Generator) -> GoldenItem:
+    """Image item `item` asked again about a picture of one large shape drawn up to 3 times the world's size: the
+    same question kind, asked and answered about that shape. A picture filled by one shape is rare among the world's
+    scenes (one in eight holds a lone large shape), yet it is the picture people most often bring."""
+    if item.mix != "image":
+        raise ValueError(f"only image items are redrawn, not {item.mix} ({item.id})")
+    scene = vision_scene(rng, enlarge_share=1.0)
+    question, answer, extra = image_question(scene, item.kind, rng, yes=bool(rng.random() < 0.5))
+    return dataclasses.replace(
+        item, question=question, answer=answer, facts={**image_facts(scene), **extra}, scene=scene
+    )
 
 
 def weighted_items(

@@ -201,7 +201,7 @@ def audio_facts(clip: Clip) -> dict[str, Any]:
     return {"sound": "speech" if clip.is_speech else clip.kind, "sentence": clip.text, "objects": objects, **clip.slots}
 
 
-def _image_question(scene: Scene, kind: str, rng: np.random.Generator, yes: bool) -> tuple[str, str, dict[str, Any]]:
+def image_question(scene: Scene, kind: str, rng: np.random.Generator, yes: bool) -> tuple[str, str, dict[str, Any]]:
     """(question, reference answer, extra facts) for one image question."""
     wording = IMAGE_WORDINGS[kind][int(rng.integers(len(IMAGE_WORDINGS[kind])))]
     shape = scene.shapes[int(rng.integers(len(scene.shapes)))]
@@ -280,7 +280,7 @@ def make_item(item_id: str, seed: int, mix: str, index: int) -> GoldenItem:
     clip = _clip_for(kind, rng) if target == "audio" else (sample_clip(rng) if "audio" in mix else None)
     facts: dict[str, Any] = {}
     if target == "image" and scene is not None:
-        question, answer, extra = _image_question(scene, kind, rng, yes)
+        question, answer, extra = image_question(scene, kind, rng, yes)
         facts = {**image_facts(scene), **extra}
     elif clip is not None:
         question, answer = _audio_question(clip, kind, rng)

@@ -45,6 +45,8 @@ class TrainConfig:
     # of the joint stage's scenes that hold one large shape: that shape drawn bigger (`enlarged`), so the adapter
     # reads a shape that fills the frame as one shape, and the merger keeps its other tokens quiet
     joint_enlarge_share: float = 0.75
+    # of the joint stage's image items: asked instead about one large shape drawn up to 3 times the world's size
+    joint_lone_share: float = 0.0
     centre_weight: float = 4.0  # of a shape's centre token's distance from its words' embeddings
     empty_weight: float = 4.0  # of the other image tokens' distance from zero
     token_weight: float = 4.0  # of each audio token's distance from its frame's word (or zero), beside CTC

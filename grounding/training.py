@@ -51,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from grounding.curriculum import enlarged, vision_scene, weighted_items
+from grounding.curriculum import enlarged, lone_shape_item, vision_scene, weighted_items
 from grounding.golden import MIXES, GoldenItem, training_items
 from grounding.speech import render_clip
 from grounding.stage_losses import LABELS, WordTargets, audio_stage_loss, image_stage_loss, word_logits
@@ -276,16 +276,21 @@ class Trainer:
 
     def _joint_items(self, step: int) -> list[GoldenItem]:
         """Step `step`'s media items, all of one mix (the mixes take turns, step by step), so a batch holds prompts
-        of about one length and little padding; a lone large shape is sometimes drawn bigger (`enlarged`)."""
+        of about one length and little padding; a lone large shape is sometimes drawn bigger (`enlarged`), and a
+        share of the image items (`joint_lone_share`) is asked about such a shape instead (`lone_shape_item`)."""
         mix = self.items[self.config.joint_mix[step % len(self.config.joint_mix)]]
         items = [next(mix) for _ in range(self.config.batch)]
         rng = _rng(self.config, "joint", step)
-        return [
+        items = [
             dataclasses.replace(item, scene=enlarged(item.scene, rng))
             if item.scene is not None and rng.random() < self.config.joint_enlarge_share
             else item
             for item in items
         ]
+        if not self.config.joint_lone_share:
+            return items
+        share = self.config.joint_lone_share
+        return [lone_shape_item(i, rng) if i.mix == "image" and rng.random() < share else i for i in items]
 
     def _audio_inputs(self, clips: list[Any]) -> dict[str, Any]:
         with _full_precision():

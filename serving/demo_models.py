@@ -19,7 +19,7 @@ from serving.whisper_tower import WHISPER_TINY, WHISPER_TINY_LAYERS
 logger = logging.getLogger(__name__)
 
 # Bumping this rebuilds every demo checkpoint on the next start.
-BUILDER_VERSION = 9
+BUILDER_VERSION = 10
 MANIFEST_NAME = "tessera-demo.json"
 # Trained grounding weights (`tessera models train-demo`), committed: `<pool>-grounding.safetensors` holds the vision
 # tower (`thinker.visual.*`), the trained part of the audio tower (`thinker.audio_tower.*`), LoRA updates for the text
@@ -109,6 +109,8 @@ class DemoSpec:
     min_pixels: int = 56 * 56
     # Vision blocks with full attention (the rest attend within 112 px windows); None: only the last one.
     vision_full_attention: tuple[int, ...] | None = None
+    # The audio tower attends within chunks of twice this many mel frames (10 ms each; Qwen2.5-Omni's `n_window`)
+    audio_window: int = 100
 
     @property
     def head_dim(self) -> int:
@@ -155,6 +157,9 @@ DEMO_SPECS: dict[str, DemoSpec] = {
         # (its share of the tokens to each side) and not only what surrounds it.
         min_pixels=224 * 224,
         vision_full_attention=(0, 1, 2, 3),
+        # 8 s chunks: each of the world's sentences, even said slowly with pauses, falls in one, so no word is cut
+        # in two at a chunk's edge (with 2 s chunks a weekday said about 2 s in was heard as another day)
+        audio_window=400,
         **SMOLLM2_SHAPE,
     ),
 }
@@ -257,6 +262,7 @@ def _thinker_config(spec: DemoSpec, tokenizer: Any, vocab_size: int) -> Any:
         "encoder_ffn_dim": spec.audio_hidden * 2,
         "output_dim": spec.text_hidden,
         "num_mel_bins": 128,
+        "n_window": spec.audio_window,
     }
     if spec.whisper_audio:
         audio_config.update(WHISPER_TINY, encoder_layers=WHISPER_TINY_LAYERS)

@@ -16,7 +16,8 @@ How embeddings reach the engine, and why:
   no image, and the request fails. Measured: features from the pool give the same prompt ids and greedy
   tokens as raw audio. Features are computed over the whole clip, not per 5 s window, because Whisper's
   log-mel normalisation uses the clip's global maximum; windowing would change the tokens. The tower itself
-  (in the engine) attends within 2 s chunks.
+  (in the engine) attends within chunks of its checkpoint's `n_window` (8 s for the large demo, 2 s for the
+  small one).
 
 Where the vision tower runs is an `EncoderPlacement`: a torch device (CUDA when there is one, by default) and a
 compute dtype. Whatever the placement, embeddings leave the pool on the CPU in float32, which is what the engine

@@ -7,6 +7,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from grounding.answers import check_answer
 from grounding.curriculum import mix_turns
 from grounding.golden import training_items
 from grounding.speech import SENTENCE_FORMS, Clip, render_clip, sample_clip
@@ -300,10 +301,10 @@ def test_joint_items_follow_the_mix_turns():
     assert [trainer._joint_items(step)[0].mix for step in range(6)] == ["image", "audio", "image"] * 2
 
 
-def _joint_trainer(share: float) -> Trainer:
+def _joint_trainer(share: float, lone: float = 0.0) -> Trainer:
     """A Trainer holding only what drawing joint items needs (no model)."""
     trainer = Trainer.__new__(Trainer)
-    trainer.config = TrainConfig(batch=8, joint_enlarge_share=share)
+    trainer.config = TrainConfig(batch=8, joint_enlarge_share=share, joint_lone_share=lone)
     trainer.items = {mix: training_items(2, mixes=(mix,)) for mix in set(trainer.config.joint_mix)}
     return trainer
 
@@ -327,6 +328,28 @@ def test_joint_items_draw_lone_large_shapes_bigger_and_replay_when_seeded():
     assert grown >= 10
 
 
+def test_the_lone_share_asks_image_items_about_one_big_shape_and_leaves_the_rest():
+    plain, lone = _joint_trainer(0.75), _joint_trainer(0.75, lone=0.5)
+    redrawn = 0
+    for step in range(24):
+        before, after = plain._joint_items(step), lone._joint_items(step)
+        assert [(i.id, i.kind) for i in after] == [(i.id, i.kind) for i in before]
+        for old, new in zip(before, after, strict=True):
+            if old.mix != "image":
+                assert new == old
+            elif new != old:
+                redrawn += 1
+                assert new.scene is not None
+                assert len(new.scene.shapes) == 1
+                (shape,) = new.scene.shapes
+                assert shape.size == "large"
+                assert new.facts["count"] == 1
+                assert new.facts["objects"] == [shape.kind]
+                # the answer is about the new shape: checked as the eval checks a served answer
+                assert check_answer(new, new.answer).correct
+    assert redrawn >= 10
+
+
 @pytest.mark.parametrize(
     ("flag", "value", "message"),
     [
@@ -336,6 +359,7 @@ def test_joint_items_draw_lone_large_shapes_bigger_and_replay_when_seeded():
         ("--lr", "0.5", "--lr must lie in"),
         ("--joint-vision-blocks", "-1", "--joint-vision-blocks must be 0 or more"),
         ("--audio-variety", "1.2", "--audio-variety must lie in"),
+        ("--lone-share", "-0.5", "--lone-share must lie in"),
         ("--mix-weights", "image=1.5", "--mix-weights: expected mix=weight with a whole-number weight"),
         ("--mix-weights", "video=2", "--mix-weights: unknown mixes"),
         ("--mix-weights", "image=0,audio=0", "--mix-weights: mix weights must be whole numbers"),
