@@ -33,7 +33,7 @@ def _ask(page, prompt: str) -> tuple[str, float]:
     strict=True,
     reason="the trained large demo does not see this one yet: the lone red circle is drawn 2.7 times the world's "
     "large size, where every token inside it looks alike and one near its top edge speaks as a second shape, so it "
-    "is described as a red circle and a red square (drawn 1.9 and 2.3 times bigger it is read right through "
+    "is described as a red circle and a red square (drawn 1.9 times bigger it is read right through "
     "transformers); strict, so this fails once it passes and the mark must go",
 )
 def test_the_playground_sees_the_red_circle(large_server, browser, tmp_path: Path):
