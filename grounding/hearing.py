@@ -16,8 +16,8 @@ statements of the clips were flagged in 1 clip of the 120 (16 with Whisper alone
 changed went unflagged in 2 (2 with Whisper alone). The committed tower, attending within 8 s chunks, reads 236 of
 240 of the world's sentences word for word (two fresh seeds, 30 clips of each sentence per seed; the tower before
 it: 237 within the 2 s chunks it trained under, 175 within 8 s ones, where words past 2 s, which it had never
-heard, came out twice), and every one of 84 clips of one slow voice with pauses says
-the day right (the tower before it: 77, missing days said about 2 s in, which a 2 s chunk cut in two).
+heard, came out twice), and every one of 84 clips of one slow voice with pauses says the day right (the tower
+before it: 77, missing days said about 2 s in, which a 2 s chunk cut in two).
 The tower only knows the world's words: on other speech its reading is noise in that vocabulary, which could lend
 a fact support it does not have; a checkpoint without the file gets no reading.
 """

@@ -287,10 +287,10 @@ class Trainer:
             else item
             for item in items
         ]
-        if not self.config.joint_lone_share:
-            return items
         share = self.config.joint_lone_share
-        return [lone_shape_item(i, rng) if i.mix == "image" and rng.random() < share else i for i in items]
+        if share:  # no draws at 0, so runs without it replay as they did
+            items = [lone_shape_item(i, rng) if i.mix == "image" and rng.random() < share else i for i in items]
+        return items
 
     def _audio_inputs(self, clips: list[Any]) -> dict[str, Any]:
         with _full_precision():

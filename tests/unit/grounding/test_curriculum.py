@@ -1,5 +1,6 @@
-"""What the training stages are shown (grounding.curriculum): weighted question kinds, the joint stage's mix turns,
-and lone shapes drawn bigger than the world draws them."""
+"""What the training stages are shown (grounding.curriculum, and the joint stage's batches as the Trainer draws
+them): weighted question kinds, the joint stage's mix turns, lone shapes drawn bigger than the world draws them,
+and image items asked about one big shape instead."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ from itertools import islice
 import numpy as np
 import pytest
 
+from grounding.answers import check_answer
 from grounding.curriculum import enlarged, mix_turns, parse_kind_weights, vision_scene, weighted_items
 from grounding.golden import IMAGE_KINDS, GoldenItem, training_items
 from grounding.train_config import TrainConfig
+from grounding.training import Trainer
 from grounding.world import MAX_REACH, RADIUS_FRACTION, Scene, Shape
 
 
@@ -88,3 +91,59 @@ def test_the_vision_stage_draws_its_enlarged_share_as_one_large_shape_often_well
     plain = [vision_scene(rng, 0.0) for _ in range(100)]
     assert any(len(scene.shapes) > 1 for scene in plain)
     assert any(shape.size == "small" for scene in plain for shape in scene.shapes)
+
+
+def test_joint_items_follow_the_mix_turns():
+    trainer = Trainer.__new__(Trainer)
+    trainer.config = TrainConfig(batch=2, joint_mix=mix_turns({"image": 2, "audio": 1}), joint_enlarge_share=0.0)
+    trainer.items = {mix: training_items(2, mixes=(mix,)) for mix in set(trainer.config.joint_mix)}
+    assert [trainer._joint_items(step)[0].mix for step in range(6)] == ["image", "audio", "image"] * 2
+
+
+def _joint_trainer(share: float, lone: float = 0.0) -> Trainer:
+    """A Trainer holding only what drawing joint items needs (no model)."""
+    trainer = Trainer.__new__(Trainer)
+    trainer.config = TrainConfig(batch=8, joint_enlarge_share=share, joint_lone_share=lone)
+    trainer.items = {mix: training_items(2, mixes=(mix,)) for mix in set(trainer.config.joint_mix)}
+    return trainer
+
+
+def test_joint_items_draw_lone_large_shapes_bigger_and_replay_when_seeded():
+    plain, bigger, again = _joint_trainer(0.0), _joint_trainer(1.0), _joint_trainer(1.0)
+    grown = 0
+    for step in range(48):
+        before, after = plain._joint_items(step), bigger._joint_items(step)
+        assert [i.id for i in after] == [i.id for i in before]
+        assert after == again._joint_items(step)
+        for old, new in zip(before, after, strict=True):
+            assert (old.question, old.answer, old.facts) == (new.question, new.answer, new.facts)
+            lone_large = old.scene is not None and len(old.scene.shapes) == 1 and old.scene.shapes[0].size == "large"
+            if not lone_large:
+                assert new.scene == old.scene
+            elif new.scene != old.scene:
+                assert new.scene is not None
+                assert new.scene.shapes[0].radius > old.scene.shapes[0].radius
+                grown += 1
+    assert grown >= 10
+
+
+def test_the_lone_share_asks_image_items_about_one_big_shape_and_leaves_the_rest():
+    plain, lone = _joint_trainer(0.75), _joint_trainer(0.75, lone=0.5)
+    redrawn = 0
+    for step in range(24):
+        before, after = plain._joint_items(step), lone._joint_items(step)
+        assert [(i.id, i.kind) for i in after] == [(i.id, i.kind) for i in before]
+        for old, new in zip(before, after, strict=True):
+            if old.mix != "image":
+                assert new == old
+            elif new != old:
+                redrawn += 1
+                assert new.scene is not None
+                assert len(new.scene.shapes) == 1
+                (shape,) = new.scene.shapes
+                assert shape.size == "large"
+                assert new.facts["count"] == 1
+                assert new.facts["objects"] == [shape.kind]
+                # the answer is about the new shape: checked as the eval checks a served answer
+                assert check_answer(new, new.answer).correct
+    assert redrawn >= 10

@@ -7,9 +7,6 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from grounding.answers import check_answer
-from grounding.curriculum import mix_turns
-from grounding.golden import training_items
 from grounding.speech import SENTENCE_FORMS, Clip, render_clip, sample_clip
 from grounding.stage_losses import (
     ATTRIBUTES,
@@ -292,62 +289,6 @@ def test_starting_weights_too_quiet_to_read_are_left_alone():
     Trainer._fit_audio_length(tower)
     assert torch.allclose(tower.thinker.audio_tower.proj.weight, torch.eye(64) * 0.1)
     assert "left as they are" in tower.said[-1]
-
-
-def test_joint_items_follow_the_mix_turns():
-    trainer = Trainer.__new__(Trainer)
-    trainer.config = TrainConfig(batch=2, joint_mix=mix_turns({"image": 2, "audio": 1}), joint_enlarge_share=0.0)
-    trainer.items = {mix: training_items(2, mixes=(mix,)) for mix in set(trainer.config.joint_mix)}
-    assert [trainer._joint_items(step)[0].mix for step in range(6)] == ["image", "audio", "image"] * 2
-
-
-def _joint_trainer(share: float, lone: float = 0.0) -> Trainer:
-    """A Trainer holding only what drawing joint items needs (no model)."""
-    trainer = Trainer.__new__(Trainer)
-    trainer.config = TrainConfig(batch=8, joint_enlarge_share=share, joint_lone_share=lone)
-    trainer.items = {mix: training_items(2, mixes=(mix,)) for mix in set(trainer.config.joint_mix)}
-    return trainer
-
-
-def test_joint_items_draw_lone_large_shapes_bigger_and_replay_when_seeded():
-    plain, bigger, again = _joint_trainer(0.0), _joint_trainer(1.0), _joint_trainer(1.0)
-    grown = 0
-    for step in range(48):
-        before, after = plain._joint_items(step), bigger._joint_items(step)
-        assert [i.id for i in after] == [i.id for i in before]
-        assert after == again._joint_items(step)
-        for old, new in zip(before, after, strict=True):
-            assert (old.question, old.answer, old.facts) == (new.question, new.answer, new.facts)
-            lone_large = old.scene is not None and len(old.scene.shapes) == 1 and old.scene.shapes[0].size == "large"
-            if not lone_large:
-                assert new.scene == old.scene
-            elif new.scene != old.scene:
-                assert new.scene is not None
-                assert new.scene.shapes[0].radius > old.scene.shapes[0].radius
-                grown += 1
-    assert grown >= 10
-
-
-def test_the_lone_share_asks_image_items_about_one_big_shape_and_leaves_the_rest():
-    plain, lone = _joint_trainer(0.75), _joint_trainer(0.75, lone=0.5)
-    redrawn = 0
-    for step in range(24):
-        before, after = plain._joint_items(step), lone._joint_items(step)
-        assert [(i.id, i.kind) for i in after] == [(i.id, i.kind) for i in before]
-        for old, new in zip(before, after, strict=True):
-            if old.mix != "image":
-                assert new == old
-            elif new != old:
-                redrawn += 1
-                assert new.scene is not None
-                assert len(new.scene.shapes) == 1
-                (shape,) = new.scene.shapes
-                assert shape.size == "large"
-                assert new.facts["count"] == 1
-                assert new.facts["objects"] == [shape.kind]
-                # the answer is about the new shape: checked as the eval checks a served answer
-                assert check_answer(new, new.answer).correct
-    assert redrawn >= 10
 
 
 @pytest.mark.parametrize(
