@@ -131,6 +131,8 @@ def train_demo(args: argparse.Namespace) -> None:
         raise SystemExit(f"error: --enlarge-share must lie in [0, 1], got {args.enlarge_share}")
     if args.lone_share is not None and not 0.0 <= args.lone_share <= 1.0:
         raise SystemExit(f"error: --lone-share must lie in [0, 1], got {args.lone_share}")
+    if args.spread_beyond is not None and args.spread_beyond < 0:
+        raise SystemExit(f"error: --spread-beyond must be 0 or more, got {args.spread_beyond}")
     if args.audio_variety is not None and not 0.0 <= args.audio_variety <= 1.0:
         raise SystemExit(f"error: --audio-variety must lie in [0, 1], got {args.audio_variety}")
     if args.lr is not None and not 0.0 < args.lr <= 0.1:
@@ -150,6 +152,7 @@ def train_demo(args: argparse.Namespace) -> None:
         ("joint_mix", joint_mix),
         ("enlarge_share", args.enlarge_share),
         ("joint_lone_share", args.lone_share),
+        ("spread_beyond", args.spread_beyond),
         ("audio_variety", args.audio_variety),
         ("lr", args.lr),
         ("joint_vision_blocks", args.joint_vision_blocks),
@@ -280,6 +283,13 @@ def _models_parser(sub: Any) -> None:
         default=None,
         help="Share of the joint stage's image items asked about one large shape drawn up to 3 times bigger "
         "(default 0).",
+    )
+    train.add_argument(
+        "--spread-beyond",
+        type=float,
+        default=None,
+        help="A vision-stage shape drawn more than this many times the world's size speaks its words from every cell "
+        "it covers, not its centre alone (default 0: never).",
     )
     train.add_argument(
         "--audio-variety",

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from grounding.speech import SOUNDS
-from grounding.world import COLOURS, POSITIONS, SHAPES, SIZES, Scene, Shape
+from grounding.world import COLOURS, POSITIONS, SHAPES, SIZES, Scene, Shape, world_radius
 
 if TYPE_CHECKING:
     from grounding.training import TrainConfig
@@ -168,12 +168,18 @@ def image_stage_loss(
     from torch.nn.functional import cross_entropy
 
     centres, shapes, labels, coords = [], [], [], []
+    spread, spread_shapes = [], []  # cells beside a big shape's centre that speak its words too
     offset = 0
     for scene, (_, h, w) in zip(scenes, grid_thw.tolist(), strict=True):
         rows, cols = h // 2, w // 2
         for shape in scene.shapes:
-            centres.append(offset + centre_cell(scene, shape, rows, cols))
+            centre = centre_cell(scene, shape, rows, cols)
+            centres.append(offset + centre)
             shapes.append(shape)
+            if speaks_from_cover(scene, shape, config.spread_beyond):
+                cells = [c for c in covered_cells(scene, shape, rows, cols) if c != centre]
+                spread += [offset + c for c in cells]
+                spread_shapes += [shape] * len(cells)
         labels.append(torch.from_numpy(cell_labels(scene, rows, cols).reshape(-1)))
         coords.append(torch.from_numpy(cell_coordinates(rows, cols)))
         offset += rows * cols
@@ -188,7 +194,11 @@ def image_stage_loss(
         options = carried[:, None] + (vectors[None] - vectors[truth][:, None]) / 2
         read = (options - chosen[:, None]).norm(dim=-1).argmin(-1)
         stats[f"{name} accuracy"] = float((read == truth).float().mean())
-    # Every token regresses onto what it should carry: a shape's centre its words, every other token nothing.
+    # Every token regresses onto what it should carry: a shape's centre its words (and, for a shape drawn far bigger
+    # than the world's, every cell it covers), every other token nothing.
+    if spread:
+        index = torch.cat([index, torch.tensor(spread)])
+        carried = torch.cat([carried, torch.stack([targets.shape_vector(s) for s in spread_shapes])])
     wanted = out.new_zeros(out.shape)
     wanted[index] = carried.to(out.dtype)
     error = ((out.float() - wanted.float()) ** 2).sum(-1) / targets.norm**2
@@ -262,19 +272,34 @@ def describe_label(label: int) -> tuple[str, str] | None:
     return SHAPES[(label - 1) // len(COLOURS)], COLOURS[(label - 1) % len(COLOURS)]
 
 
+def covered_cells(scene: Scene, shape: Shape, rows: int, cols: int) -> list[int]:
+    """The raster indices of the cells whose centres `shape` covers (lies within 0.9 of its radius of), so a cell
+    only grazing its outline is left out."""
+    cells = []
+    for r in range(rows):
+        y = (r + 0.5) * scene.height / rows
+        for c in range(cols):
+            x = (c + 0.5) * scene.width / cols
+            if math.hypot(x - shape.cx, y - shape.cy) <= 0.9 * shape.radius:
+                cells.append(r * cols + c)
+    return cells
+
+
+def speaks_from_cover(scene: Scene, shape: Shape, beyond: float) -> bool:
+    """Whether every cell `shape` covers carries its words: when it is drawn more than `beyond` times the world's
+    radius for its size (0: never). Inside a shape that fills much of the frame the cells look alike, and one near
+    its edge cannot tell it is not a shape's centre; speaking as the centre does, it reads as the same shape."""
+    return beyond > 0 and shape.radius > beyond * world_radius(shape.size, scene.width, scene.height)
+
+
 def cell_labels(scene: Scene, rows: int, cols: int) -> np.ndarray:
     """For each merged token (a `rows` x `cols` raster over the image), the label of the shape covering the centre
     of its cell, or 0. A shape covers a point within 0.9 of its radius, so a cell only grazing an outline is empty;
     and every shape labels at least the cell holding its own centre, since at the served resolution (a cell is
     28 px of an image resized to at most 224x224) a small shape covers no cell's centre."""
     out = np.zeros((rows, cols), dtype=np.int64)
-    for r in range(rows):
-        y = (r + 0.5) * scene.height / rows
-        for c in range(cols):
-            x = (c + 0.5) * scene.width / cols
-            for shape in scene.shapes:
-                if math.hypot(x - shape.cx, y - shape.cy) <= 0.9 * shape.radius:
-                    out[r, c] = label_of(shape.kind, shape.colour)
+    for shape in scene.shapes:
+        out.reshape(-1)[covered_cells(scene, shape, rows, cols)] = label_of(shape.kind, shape.colour)
     for shape in scene.shapes:
         out.reshape(-1)[centre_cell(scene, shape, rows, cols)] = label_of(shape.kind, shape.colour)
     return out

@@ -47,6 +47,9 @@ class TrainConfig:
     joint_enlarge_share: float = 0.75
     # of the joint stage's image items: asked instead about one large shape drawn up to 3 times the world's size
     joint_lone_share: float = 0.0
+    # A vision-stage shape drawn more than this many times the world's radius for its size speaks its words from
+    # every cell it covers, not from its centre alone (`stage_losses.speaks_from_cover`); 0: from its centre alone.
+    spread_beyond: float = 0.0
     centre_weight: float = 4.0  # of a shape's centre token's distance from its words' embeddings
     empty_weight: float = 4.0  # of the other image tokens' distance from zero
     token_weight: float = 4.0  # of each audio token's distance from its frame's word (or zero), beside CTC

@@ -28,13 +28,15 @@ MANIFEST_NAME = "{pool}-grounding.json"
 
 
 def lineage_of(weights: Path) -> list[dict[str, Any]]:
-    """The runs behind exported `weights`, newest first (each one's settings, weights hash and last figures), read
-    from the manifest beside them and the lineage it records; empty when no manifest is there."""
+    """The runs behind exported `weights`, newest first (each one's settings, weights hash and last figures, and
+    whatever else its manifest records, such as how merged weights were put together), read from the manifest
+    beside them and the lineage it records; empty when no manifest is there."""
     manifest = weights.with_suffix(".json")
     if not manifest.exists():
         return []
     recorded = json.loads(manifest.read_text())
     run = {k: recorded.get(k) for k in ("config", "weights_sha256", "final", "last_50", "label_head_calibration")}
+    run.update({k: v for k, v in recorded.items() if k not in run and k != "lineage"})
     return [run, *recorded.get("lineage", [])]
 
 

@@ -17,11 +17,13 @@ from grounding.stage_losses import (
     cell_labels,
     centre_cell,
     clip_words,
+    covered_cells,
     ctc_alignment,
     ctc_vocabulary,
     describe_label,
     image_stage_loss,
     label_of,
+    speaks_from_cover,
     word_logits,
 )
 from grounding.thinker import prompt_text
@@ -183,6 +185,38 @@ def test_the_vision_loss_is_lowest_when_the_centre_token_carries_its_words():
     assert float(image_stage_loss(noisy, [scene], grid, words, _heads(), config)[0]) > float(loss_right)
 
 
+def test_a_shape_drawn_far_bigger_than_the_worlds_speaks_from_every_cell_it_covers_when_asked_to():
+    scene = _scene()  # the circle's radius, 45, is 2.05 times the world's large radius here (22); the star's is not
+    words = _Words()
+    grid = torch.tensor([[1, 8, 16]])
+    circle, star = scene.shapes
+    assert speaks_from_cover(scene, circle, 1.5)
+    assert not speaks_from_cover(scene, star, 1.5)
+    assert not speaks_from_cover(scene, circle, 0.0)
+    assert not speaks_from_cover(scene, circle, 2.5)
+    covered = covered_cells(scene, circle, 4, 8)
+    assert centre_cell(scene, circle, 4, 8) in covered
+    assert len(covered) > 1
+    assert covered == [
+        c for c, label in enumerate(cell_labels(scene, 4, 8).reshape(-1)) if label == label_of("circle", "red")
+    ]
+    centre_only = torch.zeros(32, 64)
+    for shape in scene.shapes:
+        centre_only[centre_cell(scene, shape, 4, 8)] = words.shape_vector(shape)
+    spoken = centre_only.clone()
+    spoken[covered] = words.shape_vector(circle)
+    spread, alone = TrainConfig(spread_beyond=1.5), TrainConfig()
+    loss = {
+        (tokens, name): float(image_stage_loss(t, [scene], grid, words, _heads(), config)[0])
+        for tokens, t in (("centre only", centre_only), ("spoken", spoken))
+        for name, config in (("spread", spread), ("alone", alone))
+    }
+    assert loss["spoken", "spread"] < loss["centre only", "spread"]
+    assert loss["centre only", "alone"] < loss["spoken", "alone"]
+    stats = image_stage_loss(spoken, [scene], grid, words, _heads(), spread)[1]
+    assert stats["centre error"] == stats["empty error"] == 0.0  # exactly on target
+
+
 def test_the_ctc_path_spells_the_words_with_blanks_between():
     # 6 frames, classes 0 (blank), 1, 2: the frames favour 1 at t=1 and 2 at t=4
     probs = torch.full((6, 3), 0.1)
@@ -245,6 +279,13 @@ def test_the_lineage_of_weights_lists_the_runs_behind_them_newest_first(tmp_path
     runs = lineage_of(weights)
     assert [r["weights_sha256"] for r in runs] == ["bb", "aa"]
     assert runs[0]["config"] == {"steps": 300}
+    assert runs[0]["last_50"] is None  # not recorded
+    merged = {**manifest, "merged": "the audio tower is another run's", "audio_tower_from": {"weights_sha256": "cc"}}
+    weights.with_suffix(".json").write_text(json.dumps(merged))
+    runs = lineage_of(weights)
+    assert runs[0]["merged"] == "the audio tower is another run's"
+    assert runs[0]["audio_tower_from"] == {"weights_sha256": "cc"}
+    assert "lineage" not in runs[0]
 
 
 class _Tower:

@@ -1,0 +1,80 @@
+"""Fixtures of the fleet tests: two real `vllm serve` replicas of the small demo checkpoint, started once for the
+package, and two gateways on PostgreSQL and Redis in front of them."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from bench.replicas import Replica, running_replicas
+from tests.conftest import ADMIN_KEY, API_KEY, MODELS_DIR, LiveServer, free_port, run_server
+from tests.dbs import migrated
+
+REDIS_URL = "redis://127.0.0.1:6379/5"
+KEY_SECRET = "fleet-test-secret"
+
+
+@pytest.fixture(scope="package")
+def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sequence[Replica]]:
+    """Two replicas of their own; TESSERA_TEST_REPLICAS="URL,URL" reuses running ones while developing (the
+    failover test then skips: it must kill and restart its replica)."""
+    logs = tmp_path_factory.mktemp("replicas")
+    if reuse := os.environ.get("TESSERA_TEST_REPLICAS"):
+        ports = [int(u.rsplit(":", 1)[1]) for u in reuse.split(",")]
+        yield [Replica(MODELS_DIR / "small", "small", port, logs / f"{port}.log") for port in ports]
+        return
+    with running_replicas(MODELS_DIR / "small", "small", 2, logs) as started:
+        yield started
+
+
+@pytest.fixture(scope="package")
+def fleet_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    engine_iter = migrated("postgresql", tmp_path_factory.mktemp("fleet-db"))
+    engine = next(engine_iter)
+    yield engine.url.render_as_string(hide_password=False)
+    with pytest.raises(StopIteration):
+        next(engine_iter)
+
+
+def _gateway_env(replicas: Sequence[Replica], db_url: str, data: Path, shared: Path) -> dict[str, str]:
+    import redis
+
+    redis.Redis.from_url(REDIS_URL).flushdb()
+    return {
+        **{k: v for k, v in os.environ.items() if not k.startswith("TESSERA_")},
+        "TESSERA_PORT": str(free_port()),
+        "TESSERA_DATA_DIR": str(data),
+        "TESSERA_MODELS_DIR": str(MODELS_DIR),
+        "TESSERA_DATABASE_URL": db_url,
+        "TESSERA_REDIS_URL": REDIS_URL,
+        "TESSERA_KEY_SECRET": KEY_SECRET,
+        "TESSERA_API_KEY": API_KEY,
+        "TESSERA_ADMIN_KEY": ADMIN_KEY,
+        "TESSERA_EMBEDDING_CACHE_DIR": str(shared),
+        "TESSERA_GROUNDING": "false",
+        "TESSERA_POOLS": json.dumps([{"name": "small", "aliases": ["8b"], "replicas": [r.url for r in replicas]}]),
+    }
+
+
+@pytest.fixture(scope="package")
+def shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("fleet-embeddings")
+
+
+@pytest.fixture(scope="package")
+def gateway(replicas, fleet_db, shared_dir, tmp_path_factory) -> Iterator[LiveServer]:
+    data = tmp_path_factory.mktemp("gateway-a")
+    yield from run_server(_gateway_env(replicas, fleet_db, data, shared_dir), data / "server.log")
+
+
+@pytest.fixture(scope="package")
+def gateway_b(gateway, replicas, fleet_db, shared_dir, tmp_path_factory) -> Iterator[LiveServer]:
+    """A second gateway: the same database, Redis, key secret and embedding store; started after the first, so
+    the migrations and the demo tenant exist."""
+    data = tmp_path_factory.mktemp("gateway-b")
+    env = {**_gateway_env(replicas, fleet_db, data, shared_dir), "TESSERA_API_KEY": API_KEY}
+    yield from run_server(env, data / "server.log")
