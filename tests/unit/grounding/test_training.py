@@ -337,6 +337,7 @@ def test_starting_weights_too_quiet_to_read_are_left_alone():
     [
         ("--enlarge-share", "1.5", "--enlarge-share must lie in"),
         ("--enlarge-share", "-0.1", "--enlarge-share must lie in"),
+        ("--spread-beyond", "-1", "--spread-beyond must be 0 or more"),
         ("--lr", "0", "--lr must lie in"),
         ("--lr", "0.5", "--lr must lie in"),
         ("--joint-vision-blocks", "-1", "--joint-vision-blocks must be 0 or more"),
