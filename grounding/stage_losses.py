@@ -1,8 +1,9 @@
 """The towers' stage losses of `tessera models train-demo` (grounding.training), and the targets they pull towards.
 
 - *vision*: `image_stage_loss` regresses each shape's centre token onto its colour, kind, size and position words
-  (`WordTargets.shape_vector`) and every other token onto zero, beside a label head (`cell_labels`: which shape and
-  colour covers each cell) and a coordinate head (`cell_coordinates`).
+  (`WordTargets.shape_vector`) and every other token onto zero (with `spread_beyond` set, every cell a shape drawn
+  that much bigger than the world's covers carries its words too: `speaks_from_cover`), beside a label head
+  (`cell_labels`: which shape and colour covers each cell) and a coordinate head (`cell_coordinates`).
 - *audio*: `audio_stage_loss` is CTC over the world's words (`ctc_vocabulary`), each token read as the word whose
   embedding lies nearest (`word_logits`), and every token pulled onto what the best CTC path (`ctc_alignment`)
   puts on its frame.

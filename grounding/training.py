@@ -8,9 +8,10 @@ step counter:
 1. *vision* (`vision_steps`, towers only, no text model): the vision tower and merger from their seeded random
    start. Each shape's centre token (the merged token whose cell holds its centre) regresses onto the embeddings of
    its colour, kind, size and position words (summed and halved: `WordTargets.shape_vector`); every other token
-   regresses onto zero. Two auxiliary heads read every token: the label head (which shape and colour covers the
-   cell, or none; it is kept, since the grounding scorer reads it as the tower's detected content) and a coordinate
-   head (the cell's place in the image; training only), which teaches the tower where each token lies in the image.
+   regresses onto zero, save the cells a shape drawn `spread_beyond` times the world's size covers. Two auxiliary
+   heads read every token: the label head (which shape and colour covers the cell, or none; it is kept, since the
+   grounding scorer reads it as the tower's detected content) and a coordinate head (the cell's place in the
+   image; training only), which teaches the tower where each token lies in the image.
 2. *audio* (`audio_steps`, towers only): the audio tower (Whisper tiny.en's encoder, transplanted by `build-demo`)
    trains its top `audio_train_layers` layers, `ln_post` and its projection with CTC over the world's words (and
    "beep", "silence" and "noise" for the non-speech clips), reading each token as the word whose embedding lies
