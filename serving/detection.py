@@ -8,12 +8,22 @@ product per image. Tokens are grouped by label: each label seen becomes a `Detec
 it covers and their centroid, in the image's own coordinates (0 at the top or left, 1 at the bottom or right).
 This is the evidence the grounding scorer checks an answer's claims about an image against.
 
+A shape drawn far bigger than the world's (a circle filling the frame) covers many tokens, which look alike
+inside it: the head reads a few of them as another kind in the same colour (two cells on the rim of a big red
+circle as a red star). Tokens are therefore first grouped into connected regions of one colour (touching at a
+side or a corner). In a region where one label holds more than `BIG_SHAPE_CELLS` tokens (no shape of the world
+covers that many at the served resolution: at most 4), tokens of another kind holding fewer than a third of the
+region's are fragments of the big shape and take its label. Real neighbours of the same colour are left apart:
+in the world they cover one to four tokens each. Such a big shape's tokens and rim (the tokens touching it that show
+nothing) are its own, so they count to no other kind's `peak` below.
+
 How sure the head is rides along, read from its probabilities (softmax over each token's labels). A label names a
 kind of thing and an attribute ("circle:red": kind "circle"):
 - each detection's `share`: over every token showing its kind, the part of the kind's probability its label
   holds (a square the head splits between blue and yellow tokens gives each colour about half);
 - each kind's `peak`: its highest probability (all its labels together) on any one token, detected or not, so a
-  thing the head glimpsed but ranked below "nothing here" everywhere is not taken for certainly absent.
+  thing the head glimpsed but ranked below "nothing here" everywhere is not taken for certainly absent; a big
+  shape's tokens and rim count only to its own kind's.
 """
 
 from __future__ import annotations
@@ -22,6 +32,9 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+BIG_SHAPE_CELLS = 4  # a region's kind covering more tokens than this is one big shape; see the module's notes
+FRAGMENT_SHARE = 1 / 3  # another kind in a big shape's region is a fragment of it below this part of the region
 
 # In a folder of its own: vLLM loads every *.safetensors file at the top of a checkpoint as model weights.
 LABEL_HEAD_FILE = "grounding/label_head.safetensors"
@@ -84,6 +97,8 @@ class LabelHead:
         kinds: dict[str, list[int]] = {}
         for index, label in enumerate(self.labels, start=1):
             kinds.setdefault(kind_of(label), []).append(index)
+        merged, owner = self._merge_fragments(predicted.tolist(), rows, cols)
+        predicted = torch.tensor(merged)
         kind_mass = {kind: probs[:, columns].sum(-1) for kind, columns in kinds.items()}
         detections = []
         for label in sorted(set(predicted.tolist()) - {0}):
@@ -102,5 +117,64 @@ class LabelHead:
                     round(share, 4),
                 )
             )
-        peaks = {kind: round(float(mass.max()), 4) for kind, mass in kind_mass.items()}
+        peaks = {}
+        for kind, mass in kind_mass.items():
+            elsewhere = [token for token, big in enumerate(owner) if big is None or big == kind]
+            peaks[kind] = round(float(mass[elsewhere].max()), 4) if elsewhere else 0.0
         return ImageFindings(rows, cols, tuple(detections), peaks)
+
+    def _merge_fragments(self, labels: list[int], rows: int, cols: int) -> tuple[list[int], list[str | None]]:
+        """Each token's label once the fragments of each big shape (see the module's notes) take the shape's, and
+        the kind of the big shape whose token or rim each token is (None for the rest)."""
+        merged = list(labels)
+        colour = [self.labels[label - 1].partition(":")[2] if label else None for label in labels]
+        owner: list[str | None] = [None] * len(labels)
+        for region in _regions(colour, rows, cols):
+            counts: dict[int, int] = {}
+            for token in region:
+                counts[labels[token]] = counts.get(labels[token], 0) + 1
+            label, cells = max(counts.items(), key=lambda item: (item[1], -item[0]))
+            if cells <= BIG_SHAPE_CELLS:
+                continue
+            kind = kind_of(self.labels[label - 1])
+            for token in region:
+                other = labels[token]
+                if kind_of(self.labels[other - 1]) != kind and counts[other] < FRAGMENT_SHARE * len(region):
+                    merged[token] = label
+                if merged[token] == label:
+                    owner[token] = kind
+                    for near in _neighbours(token, rows, cols):
+                        if not labels[near]:
+                            owner[near] = kind
+        return merged, owner
+
+
+def _neighbours(token: int, rows: int, cols: int) -> list[int]:
+    """The tokens touching `token` at a side or a corner in a `rows` x `cols` raster grid."""
+    r, c = divmod(token, cols)
+    return [
+        rr * cols + cc
+        for rr in range(max(0, r - 1), min(rows, r + 2))
+        for cc in range(max(0, c - 1), min(cols, c + 2))
+        if (rr, cc) != (r, c)
+    ]
+
+
+def _regions(colour: list[str | None], rows: int, cols: int) -> list[list[int]]:
+    """The connected regions (touching at a side or a corner) of tokens of one colour; None is no colour."""
+    region_of: dict[int, int] = {}
+    regions: list[list[int]] = []
+    for start, shade in enumerate(colour):
+        if shade is None or start in region_of:
+            continue
+        region_of[start] = len(regions)
+        stack, region = [start], []
+        while stack:
+            token = stack.pop()
+            region.append(token)
+            for near in _neighbours(token, rows, cols):
+                if near not in region_of and colour[near] == shade:
+                    region_of[near] = len(regions)
+                    stack.append(near)
+        regions.append(sorted(region))
+    return regions
