@@ -28,7 +28,7 @@ step counter:
    so the adapter leaves plain chat as it found it.
 The stage losses and the word targets live in grounding.stage_losses, what each stage sees in grounding.curriculum,
 the thinker's loading, chat template and LoRA in grounding.thinker, the settings in grounding.train_config,
-the exported weights and their manifest in grounding.train_output.
+the exported weights and their manifest in grounding.train_output, checkpoints and `init` in grounding.train_checkpoint.
 The text model's own weights stay frozen; `build-demo` merges the LoRA into them. Where the CPU multiplies bfloat16
 natively, matrix products run under bfloat16 autocast (`bf16`), about twice as fast; the weights and the optimizer
 stay float32. `init` starts from an earlier run's exported weights instead of from nothing.
@@ -43,10 +43,8 @@ and resumes from the last checkpoint when run again; a finished run writes `<out
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +56,7 @@ from grounding.speech import render_clip
 from grounding.stage_losses import LABELS, WordTargets, audio_stage_loss, image_stage_loss, word_logits
 from grounding.text_keep import own_answers
 from grounding.thinker import AUDIO_PART, install_lora, load_thinker, prompt_text
+from grounding.train_checkpoint import resume, save_checkpoint, start_from
 from grounding.train_config import STAGES, TrainConfig, learning_rate
 from grounding.world import render_scene
 
@@ -112,9 +111,9 @@ class Trainer:
             else []
         )
         if config.init:
-            self._start_from(Path(config.init))
-        self._configure(config.stage(0))
-        self._resume()
+            start_from(self, Path(config.init))
+        self.configure(config.stage(0))
+        resume(self)
         self.items: dict[str, Iterator[GoldenItem]] = {
             mix: weighted_items(
                 training_items(config.seed + 1, mixes=(mix,)), config.kind_weights, (config.seed, MIXES.index(mix))
@@ -155,7 +154,7 @@ class Trainer:
             *coordinates.parameters(),
         ]
 
-    def _configure(self, stage: str) -> None:
+    def configure(self, stage: str) -> None:
         import torch
 
         self.stage = stage
@@ -173,36 +172,7 @@ class Trainer:
             p.requires_grad_(True)
         self.optimizer = torch.optim.AdamW(self.trainable, lr=self.config.lr, weight_decay=0.0)
 
-    def _start_from(self, path: Path) -> None:
-        """Loads an earlier run's exported weights: the vision tower, the audio tower's trained part (unless
-        `init_audio` is off), the adapter and the label head (the heads used only in training start afresh)."""
-        import torch
-        from safetensors.torch import load_file
-
-        self.init_sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
-        tensors = load_file(str(path))
-        visual = {k.removeprefix("thinker.visual."): v for k, v in tensors.items() if k.startswith("thinker.visual.")}
-        self.thinker.visual.load_state_dict(visual)
-        audio, lora = self.audio_trainable(), self.lora
-        label = {k.removeprefix("label_head."): v for k, v in tensors.items() if k.startswith("label_head.")}
-        loaded = {**(audio if self.config.init_audio else {}), **lora}
-        missing = [k for k in loaded if k not in tensors]
-        if missing:
-            raise RuntimeError(f"{path} lacks {missing[:3]}: made with other settings")
-        with torch.no_grad():
-            for k, p in loaded.items():
-                p.copy_(tensors[k])
-        self.heads["label"].load_state_dict(label)
-        if self.config.init_audio and self.config.audio_steps:
-            self._fit_audio_length()
-        elif self.config.init_audio:
-            # no audio stage follows: the tower stays as the adapter it comes with learned to read it
-            self.progress("  the audio tower is kept as it was trained")
-        else:
-            self.progress("  the audio tower starts from Whisper's own weights")
-        self.progress(f"starting from {path}")
-
-    def _fit_audio_length(self) -> None:
+    def fit_audio_length(self) -> None:
         """Scales the audio projection so the tokens it speaks words with are, on average, as long as the text
         model's word embeddings (weights trained under another recipe may speak far louder than a word). Only the
         tokens read as words count: most tokens are the quiet ones between words, and counting them would inflate
@@ -223,55 +193,6 @@ class Trainer:
             proj.weight.mul_(factor)
             proj.bias.mul_(factor)
         self.progress(f"  audio tokens scaled by {factor:.3f} to word length")
-
-    # -- checkpoints ---------------------------------------------------------------------------------------------
-
-    def _state(self) -> dict[str, Any]:
-        return {
-            "step": self.step,
-            "stage": self.stage,
-            "visual": self.thinker.visual.state_dict(),
-            "audio": {k: v.detach() for k, v in self.audio_trainable().items()},
-            "lora": {k: v.detach() for k, v in self.lora.items()},
-            "label": self.heads["label"].state_dict(),
-            "coordinates": self.heads["coordinates"].state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "history": self.history,
-            "config": asdict(self.config),
-        }
-
-    def save_checkpoint(self) -> None:
-        import torch
-
-        self.work_dir.mkdir(parents=True, exist_ok=True)
-        partial = self.work_dir / "checkpoint.pt.partial"
-        torch.save(self._state(), partial)
-        partial.replace(self.work_dir / "checkpoint.pt")
-
-    def _resume(self) -> bool:
-        import torch
-
-        path = self.work_dir / "checkpoint.pt"
-        if not path.exists():
-            return False
-        state = torch.load(path, weights_only=False)
-        if state["config"] != asdict(self.config):
-            raise RuntimeError(f"{path} was made with other settings; remove it to start again")
-        self.thinker.visual.load_state_dict(state["visual"])
-        with torch.no_grad():
-            for k, v in state["lora"].items():
-                self.lora[k].copy_(v)
-            audio = self.audio_trainable()
-            for k, v in state["audio"].items():
-                audio[k].copy_(v)
-        self.heads["label"].load_state_dict(state["label"])
-        self.heads["coordinates"].load_state_dict(state["coordinates"])
-        self._configure(state["stage"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.step = int(state["step"])
-        self.history = list(state["history"])
-        self.progress(f"resumed at step {self.step} of {self.config.total_steps} ({self.stage} stage)")
-        return True
 
     # -- batches -------------------------------------------------------------------------------------------------
 
@@ -418,8 +339,8 @@ class Trainer:
         first = self.step
         while self.step < config.total_steps:
             if config.stage(self.step) != self.stage:
-                self.save_checkpoint()
-                self._configure(config.stage(self.step))
+                save_checkpoint(self)
+                self.configure(config.stage(self.step))
                 self.progress(f"{self.stage} stage from step {self.step}")
             stage_start, stage_steps = config.stage_span(self.stage)
             for group in self.optimizer.param_groups:
@@ -442,4 +363,4 @@ class Trainer:
                 f"  {shown}  {per_step:.1f} s/step"
             )
             if self.step % config.checkpoint_every == 0 or self.step == config.total_steps:
-                self.save_checkpoint()
+                save_checkpoint(self)

@@ -319,7 +319,7 @@ class _Tower:
 def test_starting_weights_speak_words_at_word_length_counting_only_the_words(loudness, factor):
     # the quiet frames between words are most tokens: counted too, well-fitted weights would be made 5 times louder
     tower = _Tower(loudness)
-    Trainer._fit_audio_length(tower)
+    Trainer.fit_audio_length(tower)
     weight = tower.thinker.audio_tower.proj.weight
     assert torch.allclose(weight, torch.eye(64) * loudness * factor, atol=1e-5)
     assert "scaled by" in tower.said[-1]
@@ -327,7 +327,7 @@ def test_starting_weights_speak_words_at_word_length_counting_only_the_words(lou
 
 def test_starting_weights_too_quiet_to_read_are_left_alone():
     tower = _Tower(0.1)  # every token nearer zero than any word: all read as blanks
-    Trainer._fit_audio_length(tower)
+    Trainer.fit_audio_length(tower)
     assert torch.allclose(tower.thinker.audio_tower.proj.weight, torch.eye(64) * 0.1)
     assert "left as they are" in tower.said[-1]
 
@@ -357,27 +357,9 @@ def test_bad_training_settings_are_refused_before_anything_loads(flag, value, me
     assert not any(tmp_path.iterdir())
 
 
-def _stage_trainer(joint_vision_blocks: int) -> Trainer:
-    """A Trainer holding small stand-ins for the towers, the adapter and the heads (no model)."""
-    from types import SimpleNamespace
-
-    trainer = Trainer.__new__(Trainer)
-    trainer.config = TrainConfig(joint_vision_blocks=joint_vision_blocks, audio_train_layers=1)
-    visual = torch.nn.Module()
-    visual.blocks = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(4))
-    visual.merger = torch.nn.Linear(4, 4)
-    audio = torch.nn.Module()
-    audio.layers = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(2))
-    audio.proj = torch.nn.Linear(4, 4)
-    trainer.thinker = SimpleNamespace(visual=visual, audio_tower=audio)
-    trainer.heads = {"label": torch.nn.Linear(4, 2), "coordinates": torch.nn.Linear(4, 2)}
-    trainer.lora = {"lora.a": torch.nn.Parameter(torch.zeros(2))}
-    return trainer
-
-
 @pytest.mark.parametrize("depth", [0, 1, 2])
-def test_the_joint_stage_trains_the_vision_towers_last_blocks_when_asked_and_never_the_first(depth):
-    trainer = _stage_trainer(depth)
+def test_the_joint_stage_trains_the_vision_towers_last_blocks_when_asked_and_never_the_first(depth, stand_in_trainer):
+    trainer = stand_in_trainer(depth)
     trained = {id(p) for p in trainer._stage_parameters("joint")}
     blocks = trainer.thinker.visual.blocks
     for n, block in enumerate(blocks):
@@ -389,10 +371,10 @@ def test_the_joint_stage_trains_the_vision_towers_last_blocks_when_asked_and_nev
     assert not any(id(p) in trained for p in trainer.thinker.audio_tower.parameters())
 
 
-def test_asking_for_more_joint_vision_blocks_than_the_tower_has_is_refused(monkeypatch, tmp_path):
+def test_asking_for_more_joint_vision_blocks_than_the_tower_has_is_refused(monkeypatch, tmp_path, stand_in_trainer):
     from grounding import training
 
-    tower = _stage_trainer(0).thinker
+    tower = stand_in_trainer(0).thinker
     monkeypatch.setattr(training, "load_thinker", lambda checkpoint: (tower, None))
     with pytest.raises(ValueError, match="--joint-vision-blocks 5: the vision tower has 4 blocks"):
         Trainer(tmp_path, tmp_path / "work", TrainConfig(joint_vision_blocks=5), progress=print)
