@@ -17,7 +17,7 @@ region's are fragments of the big shape and take its label. Real neighbours of t
 in the world they cover one to four tokens each. Such a big shape's tokens and rim (the tokens touching it that show
 nothing) are its own, so they count to no other kind's `peak` below. An image where no label holds more than
 `BIG_SHAPE_CELLS` tokens (every scene of the world) skips the grouping; at worst (a 36x36-token image read as
-noise) it adds about 11 ms.
+noise) it adds about 5 ms (8.7 against 3.4 ms on the build machine).
 
 How sure the head is rides along, read from its probabilities (softmax over each token's labels). A label names a
 kind of thing and an attribute ("circle:red": kind "circle"):
@@ -181,5 +181,5 @@ def _regions(colour: list[str | None], rows: int, cols: int) -> list[list[int]]:
                 if near not in region_of and colour[near] == shade:
                     region_of[near] = len(regions)
                     stack.append(near)
-        regions.append(sorted(region))
+        regions.append(region)
     return regions

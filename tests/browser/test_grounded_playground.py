@@ -41,6 +41,7 @@ def test_the_playground_sees_the_red_circle(large_server, browser, tmp_path: Pat
     assert not words & {"woman", "dress", "square", "triangle", "star", "blue", "green"}, answer
     assert score == 1.0, answer
     shoot(page, "playground-grounded-image")
+    page.close()
 
 
 def test_the_playground_hears_when_the_meeting_is(large_server, browser, tmp_path: Path):

@@ -22,9 +22,22 @@ from tests.integration.fleet.calls import all_up, replica_state
 ARTIFACTS = Path(__file__).resolve().parents[3] / "artifacts"
 
 
+def _hello(name: str, *, restartable: bool = False) -> Any:
+    """A three-token greeting for the small demo, straight to an engine (no gateway)."""
+    from serving.engine import EngineRequest, GenerationParams
+
+    return EngineRequest(
+        request_id=f"{name}-{uuid.uuid4().hex[:6]}",
+        prompt="<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n",
+        images=[],
+        audios=[],
+        params=GenerationParams(max_tokens=3, temperature=0.0),
+        restartable=restartable,
+    )
+
+
 def test_a_request_is_retried_on_another_replica_before_its_first_delta(replicas):
     """A replica that refuses connections while still marked up: the request goes to the live one."""
-    from serving.engine import EngineRequest, GenerationParams
     from serving.remote import RemoteEngine, RemoteSettings
 
     dead = f"http://127.0.0.1:{free_port()}"
@@ -38,13 +51,7 @@ def test_a_request_is_retried_on_another_replica_before_its_first_delta(replicas
                 r.state = "up"
             texts = []
             for i in range(3):
-                request = EngineRequest(
-                    request_id=f"retry-{i}-{uuid.uuid4().hex[:6]}",
-                    prompt="<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n",
-                    images=[],
-                    audios=[],
-                    params=GenerationParams(max_tokens=3, temperature=0.0),
-                )
+                request = _hello(f"retry-{i}")
                 texts.append("".join([d.text async for d in engine.generate(request)]))
             by_url = {r.url: r for r in engine.picker.replicas}
             return texts, by_url[dead].picks, by_url[replicas[0].url].picks
@@ -118,7 +125,7 @@ def test_a_replica_dying_mid_answer(replicas, restartable):
     """A replica fails after its first delta. An answer the client gets whole (not streamed) has shown nothing
     yet, so it is restarted on another replica and succeeds; a streamed one has already shown its first delta,
     so it fails rather than splice two answers."""
-    from serving.engine import EngineRequest, EngineUnavailable, GenerationParams
+    from serving.engine import EngineUnavailable
     from serving.remote import RemoteEngine, RemoteSettings
 
     dying = _DiesMidAnswer()
@@ -135,14 +142,7 @@ def test_a_replica_dying_mid_answer(replicas, restartable):
             for i in range(4):
                 for r in engine.picker.replicas:  # as if the dying one had answered its last scrape
                     r.state = "up"
-                request = EngineRequest(
-                    request_id=f"mid-{i}-{uuid.uuid4().hex[:6]}",
-                    prompt="<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n",
-                    images=[],
-                    audios=[],
-                    params=GenerationParams(max_tokens=3, temperature=0.0),
-                    restartable=restartable,
-                )
+                request = _hello(f"mid-{i}", restartable=restartable)
                 try:
                     answers.append("".join([d.text async for d in engine.generate(request)]))
                 except EngineUnavailable as exc:
