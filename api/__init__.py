@@ -1,1 +1,1 @@
-"""HTTP surface: app factory, settings, protocol, routes, streaming, CLI."""
+"""The HTTP surface: one subpackage per endpoint family (chat/, responses/), routes, auth, errors, SSE."""

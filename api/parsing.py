@@ -1,49 +1,45 @@
-"""Parses requests, naming the offending `param` on every error: bodies into wire structs, and a chat request into
-the `GenerationRequest` that serving takes."""
+"""What every endpoint's parser shares: the body as a JSON object of text, the client's path to a field in an
+error (`param`), the fields a request sent that no struct declares, and guards on path parameters."""
 
 from __future__ import annotations
 
 import json
-import logging
 import re
 from typing import Any
 
 from litestar import Request
 from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
-from api.fields import check_fields, logit_bias
-from api.protocol import ChatCompletionRequest, ResponseFormat
-from serving.engine import GenerationParams, StructuredOutput
 from serving.errors import InvalidRequest
-from serving.service import GenerationRequest
-from serving.tools import AUTO, ToolPlan, ToolSpec
-
-logger = logging.getLogger(__name__)
 
 
-def _param_path(loc: tuple[Any, ...]) -> str:
+def param_path(loc: tuple[Any, ...]) -> str:
+    """The client's path to a field from a pydantic error location: `messages[0].content[1].image_url.url`.
+    Pydantic's labels for union branches (`str`, a class name, `list[ContentPart]`, `function-after[...]`) are not
+    part of it."""
     path = ""
     for part in loc:
         if isinstance(part, int):
             path += f"[{part}]"
-        elif str(part) in ("str", "list[ContentPart]", "function-after[...]") or "[" in str(part):
-            continue  # pydantic's union-branch labels are not part of the client's path
-        else:
-            path += f".{part}" if path else str(part)
+            continue
+        label = str(part)
+        if label == "str" or label[:1].isupper() or "[" in label:
+            continue
+        path += f".{label}" if path else label
     return path
 
 
-def _unknown_fields(model: BaseModel, prefix: str = "") -> list[str]:
+def unknown_fields(model: BaseModel, prefix: str = "") -> list[str]:
+    """Every field of `model` and its nested models that no struct declares, as client paths (`tools[0].strict`)."""
     found = [f"{prefix}{key}" for key in (model.model_extra or {})]
     for name in type(model).model_fields:
         value = getattr(model, name)
-        children = value if isinstance(value, list) else [value]
-        for i, child in enumerate(children):
+        for i, child in enumerate(value if isinstance(value, list) else [value]):
             if isinstance(child, BaseModel):
                 index = f"[{i}]" if isinstance(value, list) else ""
-                found.extend(_unknown_fields(child, f"{prefix}{name}{index}."))
+                found.extend(unknown_fields(child, f"{prefix}{name}{index}."))
     return found
 
 
@@ -101,95 +97,3 @@ class JsonRequest(Request[Any, Any, Any]):
             return await super().json()
         except RecursionError as exc:
             raise InvalidRequest("the body nests too deeply", code="invalid_json") from exc
-
-
-def parse_chat_request(body: bytes) -> ChatCompletionRequest:
-    data = read_json_object(body)
-    try:
-        req = ChatCompletionRequest.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        param = _param_path(tuple(first["loc"])) or None
-        missing = first["type"] == "missing"
-        message = f"missing required field '{param}'" if missing else f"invalid value for '{param}': {first['msg']}"
-        raise InvalidRequest(message, param=param, code="missing_field" if missing else "invalid_value") from exc
-    unknown = _unknown_fields(req)
-    if unknown:
-        logger.info("accepted unknown request fields: %s", ", ".join(sorted(unknown)))
-    return req
-
-
-def generation_request(req: ChatCompletionRequest, default_max_tokens: int) -> GenerationRequest:
-    check_fields(req)
-    _check_choices(req)
-    max_tokens = req.completion_limit() or default_max_tokens
-    _check_lengths(req, max_tokens)
-    params = GenerationParams(
-        max_tokens=max_tokens,
-        temperature=req.temperature,
-        top_p=req.top_p,
-        top_k=req.top_k,
-        seed=req.seed,
-        stop=tuple(req.stop_list()),
-        presence_penalty=req.presence_penalty,
-        frequency_penalty=req.frequency_penalty,
-        repetition_penalty=req.repetition_penalty,
-        min_tokens=req.min_tokens,
-        ignore_eos=req.ignore_eos,
-        n=req.n,
-        logprobs=_logprobs(req),
-        structured=_structured(req.response_format),
-        logit_bias=logit_bias(req),
-    )
-    return GenerationRequest(
-        req.model, req.messages, params, req.priority, req.allow_degraded, _tool_plan(req), buffered=not req.stream
-    )
-
-
-def _check_choices(req: ChatCompletionRequest) -> None:
-    if req.n > 1 and req.temperature == 0:
-        raise InvalidRequest(
-            "n > 1 needs sampling: with temperature 0 every choice would be the same", param="n", code="invalid_value"
-        )
-
-
-def _check_lengths(req: ChatCompletionRequest, max_tokens: int) -> None:
-    """What the engine would refuse with a message but no field name."""
-    if req.min_tokens > max_tokens:
-        raise InvalidRequest(
-            f"min_tokens ({req.min_tokens}) is more than the completion may have ({max_tokens})", param="min_tokens"
-        )
-    if "" in req.stop_list():
-        raise InvalidRequest("a stop sequence cannot be empty", param="stop")
-
-
-def _logprobs(req: ChatCompletionRequest) -> int | None:
-    if req.top_logprobs is not None and not req.logprobs:
-        raise InvalidRequest("top_logprobs needs logprobs: true", param="top_logprobs", code="invalid_value")
-    return (req.top_logprobs or 0) if req.logprobs else None
-
-
-def _structured(fmt: ResponseFormat | None) -> StructuredOutput | None:
-    if fmt is None or fmt.type == "text":
-        return None
-    if fmt.type == "json_object":
-        return StructuredOutput(json_object=True)
-    if fmt.json_schema is None:
-        raise InvalidRequest(
-            "response_format of type json_schema needs `json_schema`", param="response_format.json_schema"
-        )
-    schema = fmt.json_schema.schema_
-    if schema is not None and not isinstance(schema.get("type", "object"), str | list):
-        raise InvalidRequest("the JSON schema is not valid", param="response_format.json_schema.schema")
-    return StructuredOutput(json_schema=schema or {"type": "object"})
-
-
-def _tool_plan(req: ChatCompletionRequest) -> ToolPlan | None:
-    if not req.tools:
-        if req.tool_choice not in (None, "none"):
-            raise InvalidRequest("tool_choice needs `tools`", param="tool_choice", code="invalid_tool_choice")
-        return None
-    choice = req.tool_choice or AUTO
-    name = choice if isinstance(choice, str) else choice.function.name
-    tools = tuple(ToolSpec(t.function.name, t.function.description, t.function.parameters) for t in req.tools)
-    return ToolPlan(tools, name, req.parallel_tool_calls)

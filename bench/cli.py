@@ -35,8 +35,8 @@ def add_bench_parser(subparsers: Any) -> None:
 
 def run_bench(args: argparse.Namespace) -> None:
     """Runs the chosen bench; a bench that cannot measure what it promised exits non-zero with the reason."""
-    from api.settings import Settings
     from bench.common import BenchFailure
+    from config.settings import Settings
 
     settings = Settings()
     try:

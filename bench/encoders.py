@@ -24,7 +24,7 @@ async def _burst(pool: Any, images: list[Any]) -> float:
 
 def microbatch(checkpoint: Path, progress: Progress, burst: int = 32) -> dict[str, Any]:
     """Throughput of a burst of images through the vision pool, micro-batched vs one at a time."""
-    from serving.encoders import VisionEncoderPool
+    from serving.encoders.pools import VisionEncoderPool
 
     images = [pil_image(s) for s in range(1000, 1000 + burst)]
     batched = VisionEncoderPool(checkpoint, window_ms=12, max_batch=48)
@@ -63,8 +63,8 @@ def _workload(requests: int, repeat: float) -> list[int]:
 def cache_workload(checkpoint: Path, progress: Progress, requests: int = 60, repeat: float = 0.3) -> dict[str, Any]:
     """Mean encoder-seconds per request on a workload with repeated images, with the embedding cache vs without."""
     from db.session import make_engine, upgrade
-    from serving.cache import CachedEmbedding, EmbeddingCache, cache_key
-    from serving.encoders import EncoderFailure, VisionEncoderPool
+    from serving.encoders.cache import CachedEmbedding, EmbeddingCache, cache_key
+    from serving.encoders.pools import EncoderFailure, VisionEncoderPool
     from serving.media.images import LoadedImage
 
     seeds = _workload(requests, repeat)

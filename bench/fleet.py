@@ -19,7 +19,6 @@ from typing import Any
 
 import httpx
 
-from api.settings import Settings
 from bench.common import (
     BenchFailure,
     Progress,
@@ -43,6 +42,7 @@ from bench.fleet_workload import (
 )
 from bench.plot import draw_cdf, quantile
 from bench.server import BENCH_CONCURRENT_REQUESTS, BENCH_TOKENS_PER_MINUTE, LiveServer, live_server
+from config.settings import Settings
 
 POLICIES = ("picker", "round_robin")
 TARGET_P99_RATIO = 0.8  # the picker's TTFT p99 at most this fraction of round robin's
@@ -239,7 +239,7 @@ def run_phase(
 def replica_urls(settings: Settings, given: Sequence[str] | None, progress: Progress) -> Iterator[list[str]]:
     """The replicas to measure on: the given URLs (each must answer /health), or two of our own."""
     from bench.replicas import running_replicas
-    from serving.demo_models import build_demo_checkpoints
+    from demo.checkpoints import build_demo_checkpoints
 
     checkpoints = build_demo_checkpoints(settings.demo_dir(), [MODEL], progress=progress)
     if given:

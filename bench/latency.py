@@ -10,7 +10,6 @@ from typing import Any
 
 import httpx
 
-from api.settings import Settings
 from bench.common import (
     BenchFailure,
     Progress,
@@ -23,6 +22,7 @@ from bench.common import (
     write_report,
 )
 from bench.server import LiveServer, live_server
+from config.settings import Settings
 
 MODELS = ("small", "large")
 
@@ -72,7 +72,7 @@ def run_latency_bench(
 ) -> dict[str, Any]:
     """Starts its own server (the embedded default's pools `small` and `large`), streams each request, and
     writes medians per model and modality to `out`."""
-    from serving.demo_models import build_demo_checkpoints
+    from demo.checkpoints import build_demo_checkpoints
 
     repeats = repeats or (1 if smoke else 3)
     max_tokens = max_tokens or (4 if smoke else 32)

@@ -12,10 +12,10 @@ from typing import Any
 
 import httpx
 
-from api.settings import Settings
 from bench.common import Progress, check_report, metric, p99, png_data_url, stamp, ttft, unique_text, write_report
 from bench.encoders import cache_workload, microbatch
 from bench.server import LiveServer, live_server
+from config.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -194,7 +194,7 @@ def run_pipeline_bench(out: Path, settings: Settings, smoke: bool = False, progr
     cache, and `adm-on` / `adm-off`, each with a deliberately small KV cache, for admission on and off.
     `--smoke` leaves out `small` (one engine start less) and times the cache on `adm-on`.
     """
-    from serving.demo_models import build_demo_checkpoints
+    from demo.checkpoints import build_demo_checkpoints
 
     sizes = SMOKE if smoke else FULL
     models = build_demo_checkpoints(settings.demo_dir(), ["small", "large"], progress=progress)

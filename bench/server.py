@@ -143,7 +143,7 @@ def live_server(
             log = run_dir / "server.log"
             with log.open("wb") as out:
                 proc = subprocess.Popen(
-                    [sys.executable, "-m", "api", "serve"],
+                    [sys.executable, "-m", "tessera", "serve"],
                     env=_server_env(port, str(run_dir), models_dir, pool_list, env or {}),
                     stdout=out,
                     stderr=subprocess.STDOUT,

@@ -14,9 +14,9 @@ from typing import Any
 
 import httpx
 
-from api.settings import Settings
 from bench.common import BenchFailure, Progress, check_report, stamp, stream_chat, unique_text, write_report
 from bench.server import LiveServer, live_server
+from config.settings import Settings
 
 SCHEMA = {
     "type": "object",
@@ -75,7 +75,7 @@ async def _pool(
 def run_structured_bench(
     out: Path, settings: Settings, smoke: bool = False, progress: Progress = print
 ) -> dict[str, Any]:
-    from serving.demo_models import build_demo_checkpoints
+    from demo.checkpoints import build_demo_checkpoints
 
     models = ["small"] if smoke else ["small", "large"]
     rounds, max_tokens = (2, 24) if smoke else (8, 96)

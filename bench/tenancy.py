@@ -10,9 +10,9 @@ from typing import Any
 
 import httpx
 
-from api.settings import Settings
 from bench.common import BenchFailure, Progress, check_report, stamp, write_report
 from bench.server import BENCH_CONCURRENT_REQUESTS, BENCH_TOKENS_PER_MINUTE, LiveServer, live_server
+from config.settings import Settings
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/4"
 
@@ -78,7 +78,7 @@ def run_tenancy_bench(
     """Requests alternate between a tenant key (key lookup, monthly budget, TPM and concurrency reserve on
     Redis, reconcile, usage row plus billing outbox) and the static admin key (constant-time compare only; no
     tenant, so no quota and no outbox), on the same server and engine. Writes p50s of both to `out`."""
-    from serving.demo_models import build_demo_checkpoints
+    from demo.checkpoints import build_demo_checkpoints
 
     report: dict[str, Any] = stamp(smoke)
     requests = requests or (5 if smoke else 100)

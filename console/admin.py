@@ -18,15 +18,15 @@ from litestar.response import Redirect, Template
 from sqlalchemy import Engine
 
 from api.auth import Authenticator
-from api.settings import Settings
 from billing.prices import DIMENSIONS, PriceBook
+from config.settings import Settings
 from console.auth import ADMIN_SESSION, admin_marker, sign_in, sign_out
 from console.forms import dollars_to_micros, quota_fields, threshold_step
 from console.keys import EXPIRY_DAYS, key_options
 from console.pages import money, page
 from console.quality import EVAL_HTML, EVAL_JSON, EVAL_REPORT_POLICY, eval_headline, eval_report_html, overview_quality
 from console.usage import csv_response, date_range, day_bounds, gauges, usage_csv, usage_view
-from serving.cache import EmbeddingCache
+from serving.encoders.cache import EmbeddingCache
 from serving.errors import InvalidRequest
 from serving.metrics import ServerMetrics
 from serving.pools import PoolRegistry

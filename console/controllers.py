@@ -13,9 +13,9 @@ from litestar.enums import RequestEncodingType
 from litestar.params import Body
 from litestar.response import Redirect, Template
 
-from api.chat import chat_completion
+from api.chat.service import chat_completion
 from api.errors import error_response
-from api.settings import Settings
+from config.settings import Settings
 from console.auth import TENANT_SESSION, sign_in, sign_out
 from console.pages import page
 from grounding.service import GroundingService

@@ -17,7 +17,7 @@ from litestar.plugins.htmx import HTMXRequest, HTMXTemplate
 from litestar.response import Redirect, Template
 from sqlalchemy import Engine
 
-from api.settings import Settings
+from config.settings import Settings
 from console.pages import money, page, toasted
 from serving.errors import InvalidRequest
 from serving.pools import PoolRegistry

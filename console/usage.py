@@ -17,7 +17,7 @@ from litestar import Controller, Response, get
 from litestar.response import Template
 from sqlalchemy import Engine
 
-from api.settings import Settings
+from config.settings import Settings
 from console.pages import money, page
 from console.quality import slice_rows
 from serving.errors import InvalidRequest

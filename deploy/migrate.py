@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from sqlalchemy import create_engine, text
 
-from api.settings import Settings
+from config.settings import Settings
 from db.session import upgrade
 
 # Any bigint shared by every replica; advisory-lock keys are per database.

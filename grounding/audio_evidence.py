@@ -5,7 +5,7 @@ kinds of clip differ plainly there: `silence` has almost no energy; a `beep` (a 
 spectrum's energy in one narrow band; `noise` (white noise) has a flat spectrum; `speech` is everything else.
 Whisper's transcript (grounding.models) is the evidence for what a voice said.
 
-Claims are the answer's facts as `grounding.answers.extract_claims` reads them, checked against the same
+Claims are the answer's facts as `demo.answers.extract_claims` reads them, checked against the same
 extraction of the transcript: every name, weekday, number (counts and hours), colour not bound to a shape, and
 thing of the spoken world (apples, books, cups, chairs, dogs, cats, a table) must be in the transcript, and every
 sound word (a voice, a beep, silence, noise) must match the label. Things are keyed as image objects are, so with
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from grounding.answers import SpokenKey, extract_claims, spoken_claims
+from grounding.claims import SpokenKey, extract_claims, spoken_claims
 
 SAMPLE_RATE = 16_000
 SILENCE_RMS = 0.003

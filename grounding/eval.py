@@ -1,10 +1,11 @@
 """`tessera eval grounding`: golden items through the real server path, scored, sliced, reported and gated.
 
-Each item becomes one chat completion sent with the official `openai` SDK at temperature 0: the item's media
-parts in its `media_order` (the image as a PNG data URL `image_url`, the clip as base64 WAV `input_audio`), then
-the question as text. Answers are judged by grounding.answers. The guardrail's verdict is read from the response
-when the server attaches one (a `grounding` object with `flagged` or `passed`, on the completion or its choice,
-or a `refusal` on the message); without one, guardrail metrics are null, never guessed.
+What is evaluated comes in as an `EvalSuite` the command line hands over: the golden items, their media rendered
+as bytes, and the judge of an answer. Each item becomes one chat completion sent with the official `openai` SDK at
+temperature 0: the item's media parts in its `media_order` (the image as a PNG data URL `image_url`, the clip as
+base64 WAV `input_audio`), then the question as text. The guardrail's verdict is read from the response when the
+server attaches one (a `grounding` object with `flagged` or `passed`, on the completion or its choice, or a
+`refusal` on the message); without one, guardrail metrics are null, never guessed.
 """
 
 from __future__ import annotations
@@ -15,18 +16,14 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from grounding.answers import check_answer
 from grounding.eval_metrics import GATE, EvalFailure, ItemResult, check_well_formed, gate, summarise
-from grounding.golden import GOLDEN_DIR, GoldenItem, read_items, write_golden_sets
 from grounding.report import cell, render_html
-from grounding.speech import wav_bytes
-from grounding.world import png_bytes
 
 Progress = Callable[[str], None]
 DEFAULT_MODEL, SMOKE_MODEL = "large", "small"
@@ -43,15 +40,51 @@ class Server(Protocol):
 Launcher = Callable[..., AbstractContextManager[Server]]  # (models, progress, guardrail=policy)
 
 
-def request_messages(item: GoldenItem) -> list[dict[str, Any]]:
+class EvalItem(Protocol):
+    """A golden item: a question about media, its reference answer and the facts an answer is judged by."""
+
+    id: str
+    mix: str  # "image", "audio" or "image+audio"
+    target: str  # the medium the question is about
+    kind: str  # grounding.questions' kind
+    question: str
+    answer: str
+    facts: dict[str, Any]
+    media_order: tuple[str, ...] | list[str]
+
+
+class Judgement(Protocol):
+    correct: bool
+    problems: tuple[str, ...]
+    objects: frozenset[str]  # objects the answer asserts
+    hallucinated: frozenset[str]  # of those, the ones not in the asked medium
+    yes_no: str | None
+
+
+@dataclass(frozen=True)
+class EvalSuite:
+    """What the eval runs on: where its sets are, how to read one, an item's media as bytes, and the judge."""
+
+    sets: Path  # the folder of `heldout.jsonl` and `smoke.jsonl`
+    read: Callable[[Path], Sequence[EvalItem]]
+    image_png: Callable[[EvalItem], bytes | None]  # None: the item has no image to send (an empty URL goes)
+    audio_wav: Callable[[EvalItem], bytes]
+    judge: Callable[[EvalItem, str], Judgement]
+
+    def default_set(self, smoke: bool) -> Path:
+        return self.sets / ("smoke.jsonl" if smoke else "heldout.jsonl")
+
+
+def request_messages(item: EvalItem, suite: EvalSuite) -> list[dict[str, Any]]:
     """One user message: the media in the item's order, then the question."""
     parts: list[dict[str, Any]] = []
     for medium in item.media_order:
         if medium == "image":
-            url = "data:image/png;base64," + base64.b64encode(png_bytes(item.scene)).decode() if item.scene else ""
+            png = suite.image_png(item)
+            url = "data:image/png;base64," + base64.b64encode(png).decode() if png else ""
             parts.append({"type": "image_url", "image_url": {"url": url}})
         else:
-            data = base64.b64encode(wav_bytes(item.audio())).decode()
+            data = base64.b64encode(suite.audio_wav(item)).decode()
             parts.append({"type": "input_audio", "input_audio": {"data": data, "format": "wav"}})
     parts.append({"type": "text", "text": item.question})
     return [{"role": "user", "content": parts}]
@@ -88,7 +121,8 @@ def guardrail_details(completion: dict[str, Any]) -> tuple[list[str] | None, flo
 
 
 def _result(
-    item: GoldenItem,
+    suite: EvalSuite,
+    item: EvalItem,
     model: str,
     answer: str,
     flagged: bool | None,
@@ -96,7 +130,7 @@ def _result(
     error: str | None,
     details: tuple[list[str] | None, float | None] = (None, None),
 ) -> ItemResult:
-    verdict = check_answer(item, answer)
+    verdict = suite.judge(item, answer)
     problems = [f"request failed: {error}"] if error else list(verdict.problems)
     return ItemResult(
         id=item.id,
@@ -121,27 +155,29 @@ def _result(
     )
 
 
-def ask(client: Any, model: str, item: GoldenItem, max_tokens: int) -> ItemResult:
+def ask(client: Any, suite: EvalSuite, model: str, item: EvalItem, max_tokens: int) -> ItemResult:
     """One item through the server; a refused or failed request is recorded as a wrong answer with its error."""
     import openai
 
     started = time.perf_counter()
     try:
         completion = client.chat.completions.create(
-            model=model, messages=request_messages(item), temperature=0, max_tokens=max_tokens
+            model=model, messages=request_messages(item, suite), temperature=0, max_tokens=max_tokens
         )
     except openai.OpenAIError as exc:
-        return _result(item, model, "", None, time.perf_counter() - started, f"{type(exc).__name__}: {exc}"[:500])
+        failure = f"{type(exc).__name__}: {exc}"[:500]
+        return _result(suite, item, model, "", None, time.perf_counter() - started, failure)
     data = completion.model_dump()
     answer = (data["choices"][0]["message"].get("content") or "") if data.get("choices") else ""
     elapsed = time.perf_counter() - started
-    return _result(item, model, answer, guardrail_flag(data), elapsed, None, guardrail_details(data))
+    return _result(suite, item, model, answer, guardrail_flag(data), elapsed, None, guardrail_details(data))
 
 
 def run_items(
     client: Any,
+    suite: EvalSuite,
     model: str,
-    items: list[GoldenItem],
+    items: Sequence[EvalItem],
     *,
     max_tokens: int,
     deadline: float,
@@ -152,8 +188,8 @@ def run_items(
     results come back in the items' order."""
     from concurrent.futures import ThreadPoolExecutor
 
-    def one(item: GoldenItem) -> ItemResult | None:
-        return None if time.monotonic() > deadline else ask(client, model, item, max_tokens)
+    def one(item: EvalItem) -> ItemResult | None:
+        return None if time.monotonic() > deadline else ask(client, suite, model, item, max_tokens)
 
     results: list[ItemResult] = []
     right = 0
@@ -177,7 +213,8 @@ def _client(base_url: str, api_key: str) -> Any:
 
 
 def evaluate(
-    items: list[GoldenItem],
+    suite: EvalSuite,
+    items: Sequence[EvalItem],
     models: list[str],
     base_url: str,
     api_key: str,
@@ -200,7 +237,14 @@ def evaluate(
         progress(f"evaluating {model} on {len(items)} items")
         started = time.perf_counter()
         results = run_items(
-            client, model, items, max_tokens=max_tokens, deadline=deadline, progress=progress, concurrency=concurrency
+            client,
+            suite,
+            model,
+            items,
+            max_tokens=max_tokens,
+            deadline=deadline,
+            progress=progress,
+            concurrency=concurrency,
         )
         report["models"][model] = {
             "seconds": round(time.perf_counter() - started, 1),
@@ -222,15 +266,14 @@ def write_outputs(report: dict[str, Any], json_path: Path | None, html_path: Pat
 # -- command line ---------------------------------------------------------------------------------------------
 
 
-def add_eval_parser(subparsers: Any) -> None:
-    """Adds `eval grounding` (run a golden set) and `eval golden` (write or check the committed sets)."""
+def add_eval_parser(subparsers: Any) -> Any:
+    """Adds `eval grounding` (run a golden set); returns the `eval` command's subparsers, for the commands that
+    make the sets (`eval golden`, added by the command line)."""
     kinds = subparsers.add_parser("eval", help="Offline evals on golden sets.").add_subparsers(
         dest="eval_command", required=True
     )
     g = kinds.add_parser("grounding", help="Grounding accuracy, hallucinated objects, POPE and guardrail, gated.")
-    g.add_argument(
-        "--set", type=Path, help="Golden JSONL (default grounding/golden/heldout.jsonl; smoke: smoke.jsonl)."
-    )
+    g.add_argument("--set", type=Path, help="Golden JSONL (default: the suite's heldout.jsonl; smoke: smoke.jsonl).")
     g.add_argument(
         "--model", action="append", help="Model to evaluate, repeatable; the first is gated (default large)."
     )
@@ -259,18 +302,16 @@ def add_eval_parser(subparsers: Any) -> None:
         action="store_true",
         help="The small set on the small model: checks every step runs and the metrics are well-formed, not the gate.",
     )
-    gen = kinds.add_parser("golden", help="Regenerate the committed golden sets from their seeds.")
-    gen.add_argument("--out", type=Path, default=GOLDEN_DIR, help="Folder to write (default grounding/golden).")
-    gen.add_argument("--check", action="store_true", help="Only check that the files match their generator.")
+    return kinds
 
 
 def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _run_grounding(args: argparse.Namespace, launch: Launcher, progress: Progress) -> dict[str, Any]:
-    path = args.set or GOLDEN_DIR / ("smoke.jsonl" if args.smoke else "heldout.jsonl")
-    items = read_items(path)[: args.limit] if args.limit else read_items(path)
+def _run_grounding(args: argparse.Namespace, launch: Launcher, suite: EvalSuite, progress: Progress) -> dict[str, Any]:
+    path = args.set or suite.default_set(args.smoke)
+    items = suite.read(path)[: args.limit] if args.limit else suite.read(path)
     if not items:
         raise EvalFailure(f"{path} holds no items")
     models = args.model or [SMOKE_MODEL if args.smoke else DEFAULT_MODEL]
@@ -280,26 +321,19 @@ def _run_grounding(args: argparse.Namespace, launch: Launcher, progress: Progres
     progress(f"{len(items)} items from {path}")
     if args.base_url:
         key = args.api_key or os.environ.get("TESSERA_API_KEY") or os.environ.get("OPENAI_API_KEY") or ""
-        report = evaluate(items, models, args.base_url, key, **run)  # type: ignore[arg-type]
+        report = evaluate(suite, items, models, args.base_url, key, **run)  # type: ignore[arg-type]
     else:
         progress(f"starting the embedded server (pools {', '.join(models)})")
         with launch(models, progress, guardrail=args.guardrail) as server:
-            report = evaluate(items, models, server.base + "/v1", server.key, **run)  # type: ignore[arg-type]
+            report = evaluate(suite, items, models, server.base + "/v1", server.key, **run)  # type: ignore[arg-type]
     report.update(set=str(path), smoke=bool(args.smoke))
     return report
 
 
-def run_eval(args: argparse.Namespace, launch: Launcher, progress: Progress = _stderr) -> None:
-    """Dispatches `tessera eval ...`; exits non-zero below the gate (or, with --smoke, on any malformed step)."""
-    if args.eval_command == "golden":
-        result = write_golden_sets(args.out, check=args.check)
-        for name, ok in result.items():
-            progress(f"{name}: {'matches its generator' if args.check and ok else 'written' if ok else 'DIFFERS'}")
-        if not all(result.values()):
-            raise SystemExit("golden sets differ from their generator; run `tessera eval golden` and commit them")
-        return
+def run_eval(args: argparse.Namespace, launch: Launcher, suite: EvalSuite, progress: Progress = _stderr) -> None:
+    """Runs `tessera eval grounding`; exits non-zero below the gate (or, with --smoke, on any malformed step)."""
     try:
-        report = _run_grounding(args, launch, progress)
+        report = _run_grounding(args, launch, suite, progress)
         write_outputs(report, args.json, args.report)
         for model, run in report["models"].items():
             o = run["summary"]["overall"]
@@ -309,7 +343,7 @@ def run_eval(args: argparse.Namespace, launch: Launcher, progress: Progress = _s
                 f"{cell(o, 'guardrail.recall')}"
             )
             if args.smoke:
-                expected = len(read_items(Path(report["set"]))[: args.limit or None])
+                expected = len(suite.read(Path(report["set"]))[: args.limit or None])
                 check_well_formed(run["summary"], expected)
     except EvalFailure as exc:
         raise SystemExit(f"eval grounding failed: {exc}") from exc

@@ -1,6 +1,6 @@
 """The grounding eval's results: one item's outcome, the metrics over many, sliced, and the gate they must pass.
 
-Accuracy is judged by grounding.answers; hallucinated objects are counted CHAIR-style (objects mentioned that the
+Accuracy is judged by demo.answers; hallucinated objects are counted CHAIR-style (objects mentioned that the
 media do not hold, over all mentioned); POPE-style yes/no accuracy is over the "is there a <colour> <shape>" items;
 the guardrail's precision, recall and false flags come from the verdicts the server attached, and, where every
 verdict carried its score, at other tenant thresholds too.

@@ -1,7 +1,7 @@
 """What a trained audio tower hears: the words its tokens speak, read without the text model.
 
 `tessera models train-demo` trains a checkpoint's audio tower with CTC over the audio world's words, each token
-read as the word whose text-model embedding lies nearest (grounding.stage_losses). The tower's own reading is then
+read as the word whose text-model embedding lies nearest (demo.training.stage_losses). The tower's own reading is then
 a transcript made by the same tower the answering model listens with, so it can serve the grounding scorer as
 evidence beside Whisper's. Such a checkpoint carries `grounding/audio_words.json` (`{"words": [...]}`: CTC class
 i + 1 is word i, class 0 the blank), written by `build-demo` from the trained weights.
@@ -27,23 +27,58 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from grounding.stage_losses import CAPITALISED, read_words, spoken_word_vectors
-from serving.demo_models import AUDIO_WORDS_FILE
-from serving.tower_io import checkpoint_tensors, log_mel
+from grounding.claims import PROPER_NOUNS
+from serving.encoders.tower_io import checkpoint_tensors, log_mel
 
 logger = logging.getLogger(__name__)
+
+# Beside the checkpoint, written by whatever trained its tower: `{"words": [...]}`, CTC class i + 1 is word i.
+AUDIO_WORDS_FILE = "grounding/audio_words.json"
+
+
+def pieces(tokenizer: Any, form: str) -> list[int]:
+    return list(tokenizer(form, add_special_tokens=False)["input_ids"])
+
+
+def spoken_word_vectors(table: Any, tokenizer: Any, words: Sequence[str]) -> Any:
+    """[len(words) + 1, hidden]: a zero row (CTC's blank), then each word's embedding as the text model reads it: the
+    mean of its pieces' rows of `table`, in the form with the fewest pieces (on a tie, names and days capitalised,
+    as answers write them)."""
+    import torch
+
+    table = table.detach().float()
+
+    def spoken(word: str) -> Any:
+        lower, upper = " " + word, " " + word.capitalize()
+        forms = [upper, lower] if word in PROPER_NOUNS else [lower, upper]
+        return table[min((pieces(tokenizer, f) for f in forms), key=len)].mean(0)
+
+    return torch.cat([table.new_zeros(1, table.shape[1])] + [spoken(w)[None] for w in words])
+
+
+def read_words(scores: Any, vocabulary: Sequence[str]) -> list[str]:
+    """Greedy CTC reading of per-token class scores ([tokens, 1 + len(vocabulary)], class 0 the blank; log-odds or
+    anything ordered as they are): each token's likeliest class, repeats merged, blanks dropped."""
+    words: list[str] = []
+    previous = 0
+    for k in scores.argmax(-1).tolist():
+        if k not in (previous, 0):
+            words.append(vocabulary[k - 1])
+        previous = k
+    return words
 
 
 def sentence(words: list[str]) -> str:
     """The words as written: names and weekdays capitalised, the first word too, and a full stop."""
     if not words:
         return ""
-    text = " ".join(w.capitalize() if w in CAPITALISED else w for w in words)
+    text = " ".join(w.capitalize() if w in PROPER_NOUNS else w for w in words)
     return text[0].upper() + text[1:] + "."
 
 

@@ -1,9 +1,9 @@
-"""Checking an answer's claims about images against what the vision tower detected (serving.detection).
+"""Checking an answer's claims about images against what the vision tower detected (serving.encoders.detection).
 
 The detections become facts of the synthetic world: which shapes are there, each one's colour and position
 (from the centroid of its tokens: within 17% of the middle on both axes is the centre, otherwise the side of the
 axis it is furthest along), and how many. Size is not judged: at the served resolution a shape covers one to a
-few tokens whatever its size. Claims come from `grounding.answers.extract_claims`, and each is supported or not:
+few tokens whatever its size. Claims come from `demo.answers.extract_claims`, and each is supported or not:
 - an object: a detected shape; anything else (a woman, a tree) is unsupported;
 - a colour bound to a shape: that shape was detected in that colour; an unbound colour: some shape has it, except
   in answer to what colour a shape is, where every colour named is that shape's;
@@ -15,7 +15,7 @@ few tokens whatever its size. Claims come from `grounding.answers.extract_claims
   says, wrongly, that those are all there is.
 An answer that asserts nothing checkable (a bare "Yes.") has no claims: nothing in it is unsupported.
 
-Where the label head is unsure (serving.detection's `share` and `peak`), a claim resting on the unsure part is
+Where the label head is unsure (serving.encoders.detection's `share` and `peak`), a claim resting on the unsure part is
 not supported, since the tower that answered may share the head's mistake:
 - a shape whose chosen colour holds less than `SURE_SHARE` of the shape's probability (split between colours)
   supports no claim of its colour, and no "yes" to whether it is there in that colour;
@@ -33,10 +33,9 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
-from grounding.answers import SHAPE_NOUNS, extract_claims
-from grounding.golden import article
+from grounding.claims import SHAPE_NOUNS, article, extract_claims
 from grounding.questions import question_kind
-from serving.detection import ImageFindings
+from serving.encoders.detection import ImageFindings
 
 CENTRE_BAND = 0.17  # half-width of the centre, as a fraction of each side
 SURE_SHARE = 0.6  # a shape's colour is read only when it holds this much of the shape's probability

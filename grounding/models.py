@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import threading
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata
 from pathlib import Path
@@ -58,6 +59,19 @@ def _token_id(tokenizer: Any, token: str) -> int:
     if found is None:
         raise ValueError(f"the Whisper tokenizer has no {token} token")
     return int(found)
+
+
+# Beside a checkpoint: one line of names and terms its audio is likely to hold, for the transcriber's `hint`.
+TRANSCRIPT_HINT_FILE = "grounding/transcript_hint.txt"
+
+
+def checkpoint_hint(checkpoints: Sequence[Path]) -> str:
+    """The transcript hint of the first of `checkpoints` that carries one, else ""."""
+    for checkpoint in checkpoints:
+        path = checkpoint / TRANSCRIPT_HINT_FILE
+        if path.is_file():
+            return " ".join(path.read_text().split())
+    return ""
 
 
 class WhisperTranscriber:

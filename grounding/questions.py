@@ -1,10 +1,10 @@
 """What kind of question a request asks about its media, for slicing grounding figures: a rule per kind.
 
-The kinds are the grounding world's (grounding.golden): about an image `which_shapes`, `colour_of`, `count`,
-`exists`, `where`, `describe`; about audio `transcript`, `when`, `who`, `how_many`, `favourite_colour`, `sound`;
-anything else is `other`. The rules read the question's wording only, first match wins, and are checked against
-every wording of the golden sets (tests/unit/grounding/test_questions.py), so real traffic that asks the same
-things in other words may land in `other`, which is what the slice then says.
+About an image: `which_shapes`, `colour_of`, `count`, `exists`, `where`, `describe`; about audio: `transcript`,
+`when`, `who`, `how_many`, `favourite_colour`, `sound`; anything else is `other`. The rules read the question's
+wording only, first match wins, and are checked against every wording of the demo's golden sets
+(tests/unit/grounding/test_questions.py), so real traffic that asks the same things in other words may land in
+`other`, which is what the slice then says.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 
 OTHER = "other"
+IMAGE_KINDS = ("which_shapes", "colour_of", "count", "exists", "where", "describe")
+AUDIO_KINDS = ("transcript", "when", "who", "how_many", "favourite_colour", "sound")
 _SHAPE = r"(circle|square|triangle|star)s?"
 _RULES: tuple[tuple[str, str], ...] = (
     ("favourite_colour", r"favou?rite colou?r|colou?r does the speaker|like best"),

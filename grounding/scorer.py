@@ -1,7 +1,7 @@
 """The grounding score: the fraction of an answer's claims that the request's media support.
 
 How a score is made (`GroundingScorer.score_media`):
-1. Evidence. Images: what the answering pool's vision tower detected (its label head; serving.detection). Audio
+1. Evidence. Images: what the answering pool's vision tower detected (its label head; serving.encoders.detection). Audio
    (float32 mono 16 kHz): a sound label read off the signal, and for speech Whisper tiny.en's five best transcripts
    (CTranslate2, int8, 5 beams, 30 s windows; windows Whisper judges to be silence are dropped) plus, where a
    served checkpoint's audio tower was trained for the demo world, the words that tower hears (grounding.hearing).
@@ -44,13 +44,12 @@ from pathlib import Path
 import numpy as np
 
 from grounding.audio_evidence import SOUND_TEXT, Heard, audio_claim_verdicts, heard_of, sound_label
-from grounding.claims import split_claims, transcript_chunks
-from grounding.golden import IMAGE_KINDS
 from grounding.hearing import AudioWordReader
 from grounding.image_evidence import image_claim_verdicts
 from grounding.models import MiniLMEmbedder, WhisperTranscriber, default_minilm_dir, default_whisper_dir
-from grounding.questions import question_kind
-from serving.detection import ImageFindings
+from grounding.questions import IMAGE_KINDS, question_kind
+from grounding.sentences import split_claims, transcript_chunks
+from serving.encoders.detection import ImageFindings
 
 SUPPORT_THRESHOLD = 0.55
 

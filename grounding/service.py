@@ -30,6 +30,7 @@ from db.usage import set_grounding_score
 from grounding.audio_evidence import Heard, sound_label
 from grounding.guardrail import Verdict, scores, waits_for_verdict
 from grounding.hearing import AudioWordReader
+from grounding.models import checkpoint_hint
 from grounding.questions import question_kind
 from grounding.scorer import GroundingScorer
 from serving.background import BackgroundTasks
@@ -70,12 +71,15 @@ class GroundingService:
         tasks: BackgroundTasks,
         *,
         registry: Any,
-        transcript_hint: str = "",
+        transcript_hint: str | None = None,
         checkpoints: Sequence[Path] = (),
     ) -> GroundingService | None:
         """The service, or None (with a warning) when the scorer's model files are not installed. The first of
         `checkpoints` (strongest first) whose audio tower was trained to speak words lends its reading of every
-        clip as evidence (grounding.hearing)."""
+        clip as evidence (grounding.hearing); without a `transcript_hint`, the first that carries a hint file
+        gives the transcriber its hint."""
+        if transcript_hint is None:
+            transcript_hint = checkpoint_hint(checkpoints)
         try:
             reader = next(filter(None, (AudioWordReader.find(c) for c in checkpoints)), None)
             if reader is not None:

@@ -1,1 +1,2 @@
-"""The inference pipeline: media ingest, encoder pools, cache, fusion, admission, routing, engines."""
+"""The request path: the lease (service, completion), ingest, routing, admission, pipeline, metrics; engines/
+and encoders/ below it."""

@@ -19,7 +19,7 @@ from types import TracebackType
 from typing import Any
 
 from serving.background import BackgroundTasks
-from serving.engine import EngineDelta, EngineRequest, TokenLogprob
+from serving.engines.base import EngineDelta, EngineRequest, TokenLogprob
 from serving.errors import Unavailable
 from serving.policy import CallerIdentity, QuotaHold
 from serving.pools import ModelPool

@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from serving.cache import EmbeddingCache
+from serving.encoders.cache import EmbeddingCache
 from serving.pools import PoolRegistry
 from serving.record import CompletionRecord
 

@@ -11,8 +11,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from serving.cache import CacheScope
-from serving.encoders import audio_tokens_for
+from serving.encoders.cache import CacheScope
+from serving.encoders.pools import audio_tokens_for
 from serving.errors import EngineUnavailable
 from serving.ingest import MediaIngest, MessageLike, MessagePlan, ProbedMedia, plan_messages
 from serving.pools import ModelPool, PoolRegistry

@@ -10,8 +10,8 @@ from functools import cached_property
 from typing import Any
 
 from serving.admission import AdmissionController
-from serving.encoders import AudioFeaturePool, VisionEncoderPool, VisionGeometry
-from serving.engine import EngineClient
+from serving.encoders.pools import AudioFeaturePool, VisionEncoderPool, VisionGeometry
+from serving.engines.base import EngineClient
 from serving.errors import RequestShapeError
 
 

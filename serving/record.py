@@ -59,8 +59,8 @@ class CompletionRecord:
     ttft_s: float | None  # from receipt of the request
     total_s: float
     token_gaps: tuple[tuple[float, int], ...]  # (seconds since the previous delta, tokens in it), after the first
-    # What the vision tower's label head saw in each image (serving.detection.ImageFindings), for grounding; empty
-    # where the pool's tower has no label head.
+    # What the vision tower's label head saw in each image (serving.encoders.detection.ImageFindings), for
+    # grounding; empty where the pool's tower has no label head.
     images: tuple[Any, ...] = ()
     question: str = ""  # the last user turn's text, for grounding
 

@@ -21,9 +21,9 @@ from typing import Any
 from serving.admission import PRIORITIES
 from serving.background import BackgroundTasks
 from serving.completion import Completion, Settlement, Submission
-from serving.detection import ImageFindings
-from serving.encoding import EncodedMedia, MediaEncoder, affinity_key, detects, engine_media, image_findings
-from serving.engine import EngineRequest, GenerationParams
+from serving.encoders.detection import ImageFindings
+from serving.encoders.encoding import EncodedMedia, MediaEncoder, affinity_key, detects, engine_media, image_findings
+from serving.engines.base import EngineRequest, GenerationParams
 from serving.errors import InvalidRequest
 from serving.ingest import MessageLike, MessagePlan, ProbedMedia
 from serving.metrics import ServerMetrics

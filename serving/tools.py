@@ -15,7 +15,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from serving.engine import EngineDelta, StructuredOutput
+from serving.engines.base import EngineDelta, StructuredOutput
 from serving.errors import InvalidRequest
 
 NONE, AUTO, REQUIRED = "none", "auto", "required"

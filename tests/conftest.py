@@ -67,7 +67,7 @@ def run_server(env: dict[str, str], log_path: Path) -> Iterator[LiveServer]:
     """Start `tessera serve` with `env`, wait until healthy, yield it, and stop it afterwards."""
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "api", "serve"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
+            [sys.executable, "-m", "tessera", "serve"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
         )
     live = LiveServer(f"http://127.0.0.1:{env['TESSERA_PORT']}", proc, log_path)
     try:

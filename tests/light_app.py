@@ -9,12 +9,12 @@ from typing import Any
 
 from litestar.testing import TestClient
 
-from api.app import create_app
 from api.auth import Authenticator
-from api.settings import Settings
-from api.state import AppState
+from config.settings import Settings
 from serving.pools import PoolRegistry
 from tenancy.directory import Directory
+from tessera.app import create_app
+from tessera.state import AppState
 
 
 @contextmanager

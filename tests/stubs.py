@@ -11,9 +11,9 @@ import httpx
 
 from serving.admission import AdmissionController
 from serving.background import BackgroundTasks
-from serving.encoders import VisionGeometry
-from serving.encoding import MediaEncoder
-from serving.engine import EngineCapacity, EngineDelta, EngineStats
+from serving.encoders.encoding import MediaEncoder
+from serving.encoders.pools import VisionGeometry
+from serving.engines.base import EngineCapacity, EngineDelta, EngineStats
 from serving.errors import EngineUnavailable
 from serving.ingest import MediaIngest
 from serving.media.audio import AudioLoader

@@ -13,10 +13,10 @@ from sqlalchemy import Engine
 
 from api.openapi import errors
 from api.protocol import STORED_INT_MAX
-from api.settings import Settings
 from billing import outbox
 from billing.prices import DIMENSIONS, PriceBook
 from billing.webhooks import receive
+from config.settings import Settings
 from serving.errors import InvalidRequest
 from serving.pools import PoolRegistry
 

@@ -7,11 +7,11 @@ from typing import Any
 from litestar import Response, post
 from litestar.response import Stream
 
-from api.chat import answer_chat
+from api.chat.parsing import parse_chat_request
+from api.chat.protocol import ChatCompletion, ChatCompletionRequest
+from api.chat.service import answer_chat
 from api.openapi import PRECHECK, ParsedBody, StreamingOperation, answer, errors
-from api.parsing import parse_chat_request
-from api.protocol import ChatCompletion, ChatCompletionRequest
-from api.settings import Settings
+from config.settings import Settings
 from grounding.service import GroundingService
 from serving.service import InferenceService
 from tenancy.directory import Principal

@@ -8,10 +8,10 @@ from litestar import Response, post
 from litestar.response import Stream
 
 from api.openapi import PRECHECK, ParsedBody, StreamingOperation, answer, errors
-from api.responses import create_response as respond
-from api.responses import parse_responses_request
-from api.responses_protocol import ResponseObject, ResponsesRequest
-from api.settings import Settings
+from api.responses.parsing import parse_responses_request
+from api.responses.protocol import ResponseObject, ResponsesRequest
+from api.responses.service import create_response as respond
+from config.settings import Settings
 from serving.service import InferenceService
 from tenancy.directory import Principal
 from tenancy.quotas import QuotaGate

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from grounding.speech import wav_bytes
-from grounding.world import Scene, Shape, png_bytes
+from demo.speech import wav_bytes
+from demo.world import Scene, Shape, png_bytes
 from tests import media
 from tests.browser.pages import shoot, sign_in, wait_until
 from tests.conftest import API_KEY

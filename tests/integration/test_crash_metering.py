@@ -51,7 +51,7 @@ def _env(db_url: str, data: Path, port: int) -> dict[str, str]:
 def _start(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "api", "serve"],
+            [sys.executable, "-m", "tessera", "serve"],
             cwd=REPO,
             env=env,
             stdout=out,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from demo.golden import GOLDEN_DIR, read_items
 from grounding.eval import add_eval_parser, run_eval
-from grounding.golden import GOLDEN_DIR, read_items
 from tests.conftest import API_KEY
 
 

@@ -7,8 +7,8 @@ import uuid
 
 import httpx
 
+from demo.world import Scene, Shape, png_bytes
 from grounding.guardrail import REFUSAL
-from grounding.world import Scene, Shape, png_bytes
 from tests import media
 from tests.conftest import ADMIN_KEY
 from tests.openai_wire import openai_client

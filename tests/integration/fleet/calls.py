@@ -11,7 +11,7 @@ import httpx
 
 from bench.common import png_data_url, wav_b64
 from bench.replicas import Replica
-from serving.replica_metrics import parse_vllm_metrics
+from serving.engines.replica_metrics import parse_vllm_metrics
 from tests import openai_wire
 from tests.conftest import ADMIN_KEY, API_KEY, LiveServer
 

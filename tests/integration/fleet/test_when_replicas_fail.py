@@ -24,7 +24,7 @@ ARTIFACTS = Path(__file__).resolve().parents[3] / "artifacts"
 
 def _hello(name: str, *, restartable: bool = False) -> Any:
     """A three-token greeting for the small demo, straight to an engine (no gateway)."""
-    from serving.engine import EngineRequest, GenerationParams
+    from serving.engines.base import EngineRequest, GenerationParams
 
     return EngineRequest(
         request_id=f"{name}-{uuid.uuid4().hex[:6]}",
@@ -38,7 +38,7 @@ def _hello(name: str, *, restartable: bool = False) -> Any:
 
 def test_a_request_is_retried_on_another_replica_before_its_first_delta(replicas):
     """A replica that refuses connections while still marked up: the request goes to the live one."""
-    from serving.remote import RemoteEngine, RemoteSettings
+    from serving.engines.remote import RemoteEngine, RemoteSettings
 
     dead = f"http://127.0.0.1:{free_port()}"
 
@@ -125,8 +125,8 @@ def test_a_replica_dying_mid_answer(replicas, restartable):
     """A replica fails after its first delta. An answer the client gets whole (not streamed) has shown nothing
     yet, so it is restarted on another replica and succeeds; a streamed one has already shown its first delta,
     so it fails rather than splice two answers."""
-    from serving.engine import EngineUnavailable
-    from serving.remote import RemoteEngine, RemoteSettings
+    from serving.engines.base import EngineUnavailable
+    from serving.engines.remote import RemoteEngine, RemoteSettings
 
     dying = _DiesMidAnswer()
 

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pytest
 
 from api.routes.usage import _when
-from api.settings import Settings
+from config.settings import Settings
 from serving.errors import InvalidRequest
 from tenancy.directory import Directory
 from tests.dbs import migrated

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlmodel import Session
 
-from api.settings import Settings
+from config.settings import Settings
 from db.models import BillingOutbox
 from tenancy.directory import Directory
 from tests.dbs import migrated

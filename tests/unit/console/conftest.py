@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 from litestar.testing import TestClient
 
-from api.app import create_app
 from api.auth import Authenticator
-from api.settings import Settings
-from api.state import AppState
+from config.settings import Settings
 from serving.metrics import ServerMetrics
 from serving.pools import PoolRegistry
 from tenancy.directory import Directory
 from tenancy.limits import InProcessLimiter
+from tessera.app import create_app
+from tessera.state import AppState
 from tests.dbs import migrated
 
 ADMIN_KEY = "sk-unit-admin"

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from api.parsing import generation_request, parse_chat_request
+from api.chat.parsing import generation_request, parse_chat_request
 from console.controllers import _chat_body
 from serving.errors import InvalidRequest
 

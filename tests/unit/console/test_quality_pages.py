@@ -238,7 +238,7 @@ def test_admin_overview_shows_quality_by_mix_and_kind_and_the_latest_eval(
 
     report = {
         "started_at": "2026-12-04T08:00:00Z",
-        "set": "grounding/golden/heldout.jsonl",
+        "set": "demo/golden/heldout.jsonl",
         "gate": {"model": "large", "passed": False, "failures": ["accuracy 0.81 < 0.9"]},
         "models": {
             "large": {

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from api.settings import PoolSettings
+from config.settings import PoolSettings
 from tests.deploy_files import (
     COMPOSE,
     DEPLOY,

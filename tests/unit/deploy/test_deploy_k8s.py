@@ -1,11 +1,11 @@
 """The Kubernetes manifests under deploy/k8s (and every YAML file under deploy/ parses): named, wired and
-agreeing with `api.settings`."""
+agreeing with `config.settings`."""
 
 from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from api.settings import PoolSettings
+from config.settings import PoolSettings
 from tests.deploy_files import (
     CLUSTER_SCOPED,
     COMPOSE,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from demo.speech import SOUNDS, render_clip, sample_clip
 from grounding.audio_evidence import Heard, audio_claim_verdicts, heard_of, sound_label, transcripts
-from grounding.speech import SOUNDS, render_clip, sample_clip
 
 
 @pytest.mark.parametrize("kind", [*SOUNDS, None])

@@ -15,6 +15,7 @@ import pytest
 import soundfile as sf
 from PIL import Image
 
+from demo.golden import GOLDEN_DIR, read_items
 from grounding import eval as grounding_eval
 from grounding.eval import (
     add_eval_parser,
@@ -25,7 +26,6 @@ from grounding.eval import (
     run_items,
 )
 from grounding.eval_metrics import EvalFailure, ItemResult, check_well_formed, gate, metrics, summarise
-from grounding.golden import GOLDEN_DIR, read_items
 from grounding.report import render_html
 
 

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import torch
 
+from demo.checkpoints import build_demo_checkpoints
+from demo.speech import Clip, render_clip
+from demo.training.stage_losses import ctc_vocabulary
 from grounding.audio_evidence import audio_claim_verdicts
-from grounding.hearing import AudioWordReader, sentence
+from grounding.hearing import AUDIO_WORDS_FILE, AudioWordReader, read_words, sentence
 from grounding.scorer import GroundingScorer
-from grounding.speech import Clip, render_clip
-from grounding.stage_losses import ctc_vocabulary, read_words
-from serving.demo_models import AUDIO_WORDS_FILE, build_demo_checkpoints
 from tests.conftest import MODELS_DIR
 
 

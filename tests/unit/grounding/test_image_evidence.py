@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from grounding.image_evidence import check_image_claims, findings_facts, position_of
-from serving.detection import Detection, ImageFindings, LabelHead
+from serving.encoders.detection import Detection, ImageFindings, LabelHead
 
 RED_CIRCLE_LEFT = Detection("circle:red", cells=3, row=0.5, col=0.2)
 BLUE_STAR_TOP = Detection("star:blue", cells=1, row=0.15, col=0.5)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from grounding.golden import golden_set
+from demo.golden import golden_set
 from grounding.questions import OTHER, question_kind
 
 

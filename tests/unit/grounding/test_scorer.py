@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from grounding import GroundingScorer
-from grounding.claims import split_claims, transcript_chunks
 from grounding.models import MiniLMEmbedder, default_minilm_dir
 from grounding.scorer import SUPPORT_THRESHOLD
+from grounding.sentences import split_claims, transcript_chunks
 from tests import media
 
 INVOICE = "Please send the invoice to the finance team."
@@ -182,8 +182,8 @@ def test_embeddings_run_on_one_torch_thread_without_changing_the_process():
 
 
 def test_media_answers_are_checked_fact_by_fact(scorer):
-    from grounding.speech import Clip, render_clip
-    from serving.detection import Detection, ImageFindings
+    from demo.speech import Clip, render_clip
+    from serving.encoders.detection import Detection, ImageFindings
 
     beep = render_clip(Clip("beep", seconds=1.5, frequency=880.0, amplitude=0.3))
     assert scorer.score_media("A beep: a pure tone.", beep).score == 1.0
@@ -203,7 +203,7 @@ def test_media_answers_are_checked_fact_by_fact(scorer):
 
 
 def test_an_image_answer_that_asserts_nothing_scores_by_what_was_asked(scorer):
-    from serving.detection import Detection, ImageFindings
+    from serving.encoders.detection import Detection, ImageFindings
 
     red_circle = (ImageFindings(4, 4, (Detection("circle:red", 2, 0.5, 0.5),)),)
     assert (
@@ -215,9 +215,9 @@ def test_an_image_answer_that_asserts_nothing_scores_by_what_was_asked(scorer):
 def test_a_hint_of_the_expected_names_makes_whisper_spell_them():
     # The first "please call <name>" clips of the held-out set: without a hint Whisper hears some names as common
     # words ("Please go marry."); with the server's default hint, which names them, it spells them.
-    from api.settings import demo_transcript_hint
-    from grounding.golden import golden_set
-    from grounding.speech import render_clip
+    from config.settings import demo_transcript_hint
+    from demo.golden import golden_set
+    from demo.speech import render_clip
 
     clips = [item.clip for item in golden_set("heldout") if item.clip is not None and item.clip.kind == "call"][:16]
     heard = {}
@@ -251,7 +251,7 @@ def test_a_spoken_fact_any_of_the_best_transcripts_says_is_heard(scorer, two_sen
 
 
 def render_clip_of(kind: str) -> np.ndarray:
-    from grounding.speech import Clip, render_clip
+    from demo.speech import Clip, render_clip
 
     slots = {"count": {"count": 19, "noun": "cups"}}[kind]
     return render_clip(Clip(kind, slots, voice="en", speed=160, pitch=50))

@@ -1,6 +1,6 @@
 import pytest
 
-from api.protocol import ChatMessage
+from api.chat.protocol import ChatMessage
 from serving.errors import RequestShapeError
 from serving.ingest import plan_messages
 

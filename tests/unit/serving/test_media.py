@@ -204,7 +204,7 @@ def test_a_requests_images_share_one_decode_budget():
         role = "user"
 
         def __init__(self, n):
-            from api.protocol import ContentPart
+            from api.chat.protocol import ContentPart
 
             self.content = [ContentPart.model_validate(part) for _ in range(n)]
 

@@ -48,8 +48,8 @@ def test_auto_moves_away_from_a_saturated_pool():
 
 def test_images_return_in_client_order_whatever_finishes_first():
     """The pipeline's image results follow the client's order even when the encoder answers out of order."""
-    from serving.encoders import ImageEmbedding, VisionGeometry
-    from serving.encoding import MediaEncoder
+    from serving.encoders.encoding import MediaEncoder
+    from serving.encoders.pools import ImageEmbedding, VisionGeometry
     from serving.media.images import LoadedImage
     from serving.pools import ModelPool
     from tests import media
@@ -65,7 +65,7 @@ def test_images_return_in_client_order_whatever_finishes_first():
 
     import torch
 
-    from serving.cache import CacheScope
+    from serving.encoders.cache import CacheScope
 
     random.seed(3)
     images = [media.image(i, (32, 32)) for i in range(6)]

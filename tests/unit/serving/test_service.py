@@ -5,9 +5,9 @@ import asyncio
 
 import pytest
 
-from api.protocol import ChatMessage
-from serving.encoders import EncoderFailure, VisionGeometry
-from serving.engine import GenerationParams
+from api.chat.protocol import ChatMessage
+from serving.encoders.pools import EncoderFailure, VisionGeometry
+from serving.engines.base import GenerationParams
 from serving.errors import EngineUnavailable, PermissionDenied
 from serving.service import GenerationRequest
 from tests import media

@@ -5,7 +5,7 @@ import json
 import jsonschema
 import pytest
 
-from serving.engine import EngineDelta
+from serving.engines.base import EngineDelta
 from serving.tools import NONE, REQUIRED, OutputDecoder, ToolPlan, ToolSpec
 
 WEATHER = ToolSpec(

@@ -9,10 +9,10 @@ import time
 import pytest
 import redis
 
-from api.settings import Settings
-from api.state import setup_tenancy
+from config.settings import Settings
 from tenancy.directory import Directory
 from tenancy.revocations import VERSION_KEY, ChangeFeed
+from tessera.state import setup_tenancy
 from tests.dbs import migrated
 
 REDIS_URL = "redis://127.0.0.1:6379/7"

@@ -1,0 +1,275 @@
+"""A `Completion` as OpenAI's `response` object: one JSON body, or typed SSE events (`event:` and `data:` lines,
+each payload with its `type` and `sequence_number`) from `response.created` to `response.completed` or
+`response.incomplete`. An error after the stream started becomes an `error` event, and the stream ends.
+
+Rendering iterates the completion only inside `async with`, so however the response ends the lease releases
+what it holds. Output items open and close one at a time, in output order, as the decoder's pieces arrive.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+from litestar import Response
+from litestar.response import Stream
+
+from api.chat.rendering import modality_counts, response_headers
+from api.errors import ApiError, to_api_error
+from api.responses.protocol import (
+    FunctionCallItem,
+    IncompleteDetails,
+    InputTokensDetails,
+    ItemStatus,
+    OutputItem,
+    OutputMessage,
+    OutputText,
+    ResponseObject,
+    ResponsesRequest,
+    ResponseUsage,
+)
+from api.sse import SSE_HEADERS, EventStream, lease_events
+from serving.completion import Completion
+from serving.engines.base import EngineDelta
+from serving.errors import Unavailable
+from serving.record import TokenUsage
+from serving.tools import DecodedDelta, OutputDecoder, ToolCallDelta
+
+logger = logging.getLogger(__name__)
+
+LEASE_PREFIX, RESPONSE_PREFIX = "chatcmpl-", "resp_"
+ParamMap = Callable[[str | None], str | None]
+
+
+def response_id(request_id: str) -> str:
+    """`resp_<hex>` for the lease `chatcmpl-<hex>`: the same hex, so either names the other."""
+    return RESPONSE_PREFIX + request_id.removeprefix(LEASE_PREFIX)
+
+
+def lease_id(response: str) -> str:
+    """The request id of the lease (and of its usage row, `GET /v1/usage/{id}`) that answered `response`."""
+    return LEASE_PREFIX + response.removeprefix(RESPONSE_PREFIX)
+
+
+def headers(completion: Completion) -> dict[str, str]:
+    return {**response_headers(completion), "x-tessera-request-id": completion.request_id}
+
+
+def wire_usage(usage: TokenUsage) -> ResponseUsage:
+    details = InputTokensDetails(**modality_counts(usage))
+    return ResponseUsage(
+        input_tokens=usage.prompt,
+        input_tokens_details=details,
+        output_tokens=usage.completion,
+        total_tokens=usage.total,
+    )
+
+
+def skeleton(req: ResponsesRequest, completion: Completion) -> ResponseObject:
+    """The response as it starts: in progress, no output yet, and the request's parameters echoed."""
+    choice = req.tool_choice or "auto"
+    s = completion.submission
+    params = s.engine_request.params
+    text = req.text.model_dump(mode="json", by_alias=True) if req.text else {"format": {"type": "text"}}
+    degraded = None
+    if s.degraded:
+        reason = "the encoder pool was unavailable; answered without that media"
+        degraded = {"dropped_modalities": list(s.degraded), "reason": reason}
+    return ResponseObject(
+        id=response_id(completion.request_id),
+        created_at=s.created,
+        status="in_progress",
+        instructions=req.instructions,
+        max_output_tokens=params.max_tokens,
+        model=completion.model,
+        parallel_tool_calls=req.parallel_tool_calls is not False,
+        prompt_cache_key=req.prompt_cache_key,
+        safety_identifier=req.safety_identifier,
+        temperature=params.temperature,
+        text={**text, "verbosity": text.get("verbosity") or "medium"},
+        tool_choice=choice if isinstance(choice, str) else choice.model_dump(mode="json"),
+        tools=[t.model_dump(mode="json") for t in req.tools or []],
+        top_p=params.top_p,
+        user=req.user,
+        metadata=req.metadata or {},
+        degraded=degraded,
+    )
+
+
+def finished(response: ResponseObject, completion: Completion, output: list[OutputItem]) -> ResponseObject:
+    cut = completion.finish_reason == "length"
+    return response.model_copy(
+        update={
+            "status": "incomplete" if cut else "completed",
+            "incomplete_details": IncompleteDetails(reason="max_output_tokens") if cut else None,
+            "output": output,
+            "usage": wire_usage(completion.usage()),
+        }
+    )
+
+
+def _item_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex}"
+
+
+def _dump(model: Any) -> dict[str, Any]:
+    return dict(model.model_dump(mode="json"))
+
+
+# -- one body -----------------------------------------------------------------------------------------------------
+
+
+async def complete(req: ResponsesRequest, completion: Completion) -> Response[dict[str, Any]]:
+    decoder = completion.decoder()
+    async with completion:
+        async for delta in completion:
+            if delta.index == 0:
+                decoder.feed(delta)
+    await completion.require_recorded()  # the response goes out once its usage is on record, else a 503
+    decoder.finish()
+    status: ItemStatus = "incomplete" if completion.finish_reason == "length" else "completed"
+    output: list[OutputItem] = []
+    content = decoder.content()
+    if content or not decoder.calls:
+        output.append(OutputMessage(id=_item_id("msg"), status="completed", content=[OutputText(text=content or "")]))
+    output.extend(
+        FunctionCallItem(id=_item_id("fc"), status="completed", arguments=c.arguments, call_id=c.id, name=c.name)
+        for c in decoder.calls
+    )
+    output[-1].status = status
+    body = finished(skeleton(req, completion), completion, output)
+    return Response(_dump(body), headers=headers(completion))
+
+
+# -- SSE events ---------------------------------------------------------------------------------------------------
+
+
+async def stream(req: ResponsesRequest, completion: Completion, param: ParamMap) -> Stream:
+    """Wait for the engine's first delta before answering, so errors before any token still get an HTTP status."""
+    first = await completion.first_delta()
+    return EventStream(
+        _events(_Events(skeleton(req, completion), completion.decoder()), completion, first, param),
+        media_type="text/event-stream",
+        headers={**SSE_HEADERS, **headers(completion)},
+    )
+
+
+async def _events(
+    events: _Events, completion: Completion, first: EngineDelta | None, param: ParamMap
+) -> AsyncIterator[str]:
+    opening = [
+        events.event("response.created", response=_dump(events.response)),
+        events.event("response.in_progress", response=_dump(events.response)),
+    ]
+    ended = False
+
+    def failed(err: ApiError) -> list[str]:
+        nonlocal ended
+        ended = True
+        return [events.event("error", code=err.code, message=err.message, param=param(err.param))]
+
+    async for event in lease_events(completion, opening, first, lambda d: list(events.feed(d)), failed):
+        yield event
+    if ended:
+        return
+    try:
+        await completion.require_recorded()  # `response.completed` means the request's usage is on record
+    except Unavailable as exc:
+        for event in failed(to_api_error(exc)):
+            yield event
+        return
+    for event in events.finish(completion):
+        yield event
+
+
+class _Events:
+    """The numbered events of one streamed response, and the output items they have built."""
+
+    def __init__(self, response: ResponseObject, decoder: OutputDecoder) -> None:
+        self.response = response
+        self.decoder = decoder
+        self.sequence = 0
+        self.items: list[OutputItem] = []  # closed, in output order
+        self.open: OutputItem | None = None
+        self.open_call = -1  # the decoder's index of the open function call
+        self.streamed_calls = 0
+
+    def event(self, kind: str, **fields: Any) -> str:
+        payload = {"type": kind, **fields, "sequence_number": self.sequence}
+        self.sequence += 1
+        return f"event: {kind}\ndata: {json.dumps(payload, separators=(',', ':'))}\n\n"
+
+    def feed(self, delta: EngineDelta | None) -> Iterator[str]:
+        if delta is None or delta.index != 0:
+            return
+        yield from self._decoded(self.decoder.feed(delta))
+        if delta.finish_reason is not None:
+            yield from self._decoded(self.decoder.finish())
+            for call in self.decoder.calls[self.streamed_calls :]:  # calls the streaming parser did not show
+                yield from self._call(ToolCallDelta(self.open_call + 1, call.id, call.name, call.arguments))
+
+    def finish(self, completion: Completion) -> Iterator[str]:
+        status: ItemStatus = "incomplete" if completion.finish_reason == "length" else "completed"
+        if self.open is None and not self.items:
+            yield from self._text("")
+        yield from self._close(status)
+        done = finished(self.response, completion, self.items)
+        yield self.event(f"response.{done.status}", response=_dump(done))
+
+    def _decoded(self, decoded: DecodedDelta) -> Iterator[str]:
+        if decoded.content:
+            yield from self._text(decoded.content)
+        for piece in decoded.tool_calls:
+            yield from self._call(piece)
+
+    def _where(self, item: OutputItem) -> dict[str, Any]:
+        return {"item_id": item.id, "output_index": len(self.items)}
+
+    def _text(self, piece: str) -> Iterator[str]:
+        message = self.open
+        if not isinstance(message, OutputMessage):
+            yield from self._close("completed")
+            message = self.open = OutputMessage(id=_item_id("msg"), status="in_progress", content=[])
+            yield self.event("response.output_item.added", output_index=len(self.items), item=_dump(message))
+            message.content.append(OutputText(text=""))
+            part = _dump(message.content[0])
+            yield self.event("response.content_part.added", **self._where(message), content_index=0, part=part)
+        if piece:
+            message.content[0].text += piece
+            yield self.event(
+                "response.output_text.delta", **self._where(message), content_index=0, delta=piece, logprobs=[]
+            )
+
+    def _call(self, piece: ToolCallDelta) -> Iterator[str]:
+        call = self.open
+        if not isinstance(call, FunctionCallItem) or piece.index != self.open_call:
+            yield from self._close("completed")
+            call_id, name = piece.id or _item_id("call"), piece.name or ""
+            call = self.open = FunctionCallItem(
+                id=_item_id("fc"), status="in_progress", arguments="", call_id=call_id, name=name
+            )
+            self.open_call, self.streamed_calls = piece.index, self.streamed_calls + 1
+            yield self.event("response.output_item.added", output_index=len(self.items), item=_dump(call))
+        if piece.name and not call.name:
+            call.name = piece.name
+        if piece.arguments:
+            call.arguments += piece.arguments
+            yield self.event("response.function_call_arguments.delta", **self._where(call), delta=piece.arguments)
+
+    def _close(self, status: ItemStatus) -> Iterator[str]:
+        item, self.open = self.open, None
+        if item is None:
+            return
+        where = self._where(item)
+        if isinstance(item, OutputMessage):
+            text = item.content[0].text
+            yield self.event("response.output_text.done", **where, content_index=0, text=text, logprobs=[])
+            yield self.event("response.content_part.done", **where, content_index=0, part=_dump(item.content[0]))
+        else:
+            yield self.event("response.function_call_arguments.done", **where, arguments=item.arguments)
+        item.status = status
+        yield self.event("response.output_item.done", output_index=len(self.items), item=_dump(item))
+        self.items.append(item)

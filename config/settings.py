@@ -1,0 +1,188 @@
+"""Typed settings for the whole server, read from `TESSERA_*` environment variables and CLI flags."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+Modality = Literal["text", "image", "audio"]
+
+
+class PoolSettings(BaseModel):
+    """One model pool: a checkpoint served by one vLLM engine."""
+
+    name: str = Field(description="Pool name clients send as `model`, e.g. `small` or `large`.")
+    model: str | None = Field(
+        default=None, description="Checkpoint directory. Unset: the embedded demo checkpoint named after the pool."
+    )
+    aliases: list[str] = Field(default_factory=list, description="Other names that select this pool.")
+    modalities: list[Modality] | None = Field(
+        default=None, description="Accept only these input modalities. Unset: all the checkpoint supports."
+    )
+    dtype: str = Field(default="float32", description="Weights dtype passed to vLLM (`float32` is exact on CPU).")
+    max_model_len: int = Field(default=4096, description="Context length the engine is started with.")
+    tensor_parallel_size: int = Field(default=1, description="Tensor parallelism (GPU machines).")
+    gpu_memory_utilization: float = Field(default=0.9, description="Fraction of GPU memory vLLM may use (GPU only).")
+    kv_cache_gib: float = Field(default=1.0, description="KV cache size on CPU, in GiB.")
+    enforce_eager: bool = Field(default=True, description="Skip graph compilation: much faster start-up on CPU.")
+    cpu_threads: int = Field(default=1, description="Compute threads of this pool's engine process on CPU.")
+    max_num_seqs: int = Field(default=32, description="Most sequences the engine batches at once.")
+    encoder_pools: bool = Field(
+        default=True,
+        description="Encode media in Tessera's pools (micro-batched, cached); off: the engine's own encoders.",
+    )
+    admission: bool = Field(default=True, description="Admit requests by KV blocks before they reach the engine.")
+    kv_headroom_fraction: float = Field(default=0.1, description="KV blocks held back for decode headroom.")
+    strength: int | None = Field(default=None, description="Routing rank for `auto`; unset: the pool's position.")
+    tool_parser: str | None = Field(
+        default=None,
+        description="vLLM tool-call parser for `tool_choice: auto`, matching the chat template (e.g. `hermes`); "
+        "unset: `auto` is refused, `required` and named functions still work.",
+    )
+    replicas: list[str] = Field(
+        default_factory=list,
+        description="Base URLs of remote `vllm serve --enable-scale-out` replicas serving `model`; empty: an "
+        "in-process engine. A remote pool still reads `model` locally for its config, tokenizer and encoders.",
+    )
+
+
+def _default_pools() -> list[PoolSettings]:
+    return [
+        PoolSettings(name="small", aliases=["8b"]),
+        PoolSettings(name="large", aliases=["70b"], tool_parser="hermes"),
+    ]
+
+
+class Settings(BaseSettings):
+    """Every knob of the server. Environment: `TESSERA_<FIELD>`; nested pools as JSON in `TESSERA_POOLS`."""
+
+    model_config = SettingsConfigDict(env_prefix="TESSERA_", env_nested_delimiter="__", extra="ignore")
+
+    host: str = Field(default="127.0.0.1", description="Address to listen on.")
+    journal_heartbeat_s: float = Field(
+        default=10.0, gt=0, description="How often this gateway marks itself alive for the usage journal."
+    )
+    journal_stale_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="A gateway silent this long is dead: its running requests are settled as interrupted.",
+    )
+    fleet_policy: Literal["picker", "round_robin"] = Field(
+        default="picker",
+        description="How a remote pool chooses a replica: live load plus media and prefix affinity, or round robin.",
+    )
+    fleet_scrape_interval_s: float = Field(
+        default=0.25, gt=0, le=5, description="How often each replica's /metrics is read."
+    )
+    fleet_connect_timeout_s: float = Field(default=2.0, gt=0, description="Connect timeout to a replica.")
+    fleet_read_timeout_s: float = Field(
+        default=300.0, gt=0, description="Longest silence on a replica's stream, queueing included."
+    )
+    port: int = Field(default=8000, description="Port to listen on.")
+    data_dir: Path = Field(default=Path(".tessera"), description="Where the SQLite file and demo checkpoints live.")
+    database_url: str | None = Field(
+        default=None, description="SQLAlchemy URL. Unset: a SQLite file `tessera.db` in `data_dir`."
+    )
+    models_dir: Path | None = Field(
+        default=None, description="Where demo checkpoints are built. Unset: `models` inside `data_dir`."
+    )
+    api_key: str | None = Field(
+        default=None,
+        description="A key for the demo tenant, registered at start-up. Unset: the embedded default issues one "
+        "and prints it.",
+    )
+    admin_key: str | None = Field(default=None, description="Static admin key for /admin and the console.")
+    key_secret: str | None = Field(
+        default=None,
+        description="Per-deployment secret that API keys are hashed with. Unset: generated once into `data_dir`.",
+    )
+    demo_tenant: str | None = Field(
+        default="demo", description="Tenant created at start-up for the embedded default; empty to skip."
+    )
+    redis_url: str | None = Field(
+        default=None, description="Redis for rate limits shared by replicas. Unset: limits are kept in-process."
+    )
+    console_session_hours: float = Field(
+        default=12.0, gt=0, description="How long a console sign-in lasts before signing in again."
+    )
+    console_secure_cookies: bool = Field(
+        default=False,
+        description="Always mark console cookies Secure. Off: they are Secure when the request came over https "
+        "(directly, or through a trusted proxy's X-Forwarded-Proto).",
+    )
+    trusted_proxies: list[str] = Field(
+        default_factory=list,
+        description="IPs or CIDRs of reverse proxies whose X-Forwarded-Proto and X-Forwarded-For are believed; "
+        "empty: no peer's forwarding headers are.",
+    )
+    stripe_api_key: str | None = Field(default=None, description="Stripe secret key; unset: meter events wait.")
+    stripe_api_base: str | None = Field(default=None, description="Stripe API base URL (default Stripe's own).")
+    stripe_webhook_secret: str | None = Field(default=None, description="Signing secret of the Stripe webhook.")
+    rate_window_s: float = Field(default=60.0, description="Window of the tokens-per-minute limit, in seconds.")
+    pools: list[PoolSettings] = Field(default_factory=_default_pools, description="Model pools to serve.")
+    build_demo_models: bool = Field(default=True, description="Build missing demo checkpoints at start-up.")
+
+    max_body_bytes: int = Field(default=32 * 1024 * 1024, description="Largest request body accepted (413 above).")
+    max_images_per_request: int = Field(default=8, description="Most `image_url` parts in one request.")
+    max_image_pixels: int = Field(default=40_000_000, description="Decoded pixel limit; larger images are refused.")
+    max_request_pixels: int = Field(
+        default=64_000_000, description="Decoded pixel limit for all of a request's images together."
+    )
+    max_audio_seconds: float = Field(default=30.0, description="Longest audio clip accepted.")
+    media_workers: int = Field(default=2, description="Threads that decode media, off the event loop.")
+    fetch_timeout_s: float = Field(default=10.0, description="Timeout for fetching an http(s) image URL.")
+    fetch_max_bytes: int = Field(default=20 * 1024 * 1024, description="Byte cap for a fetched image.")
+    fetch_max_redirects: int = Field(default=3, description="Redirects followed when fetching an image URL.")
+    fetch_allow_hosts: list[str] = Field(
+        default_factory=list,
+        description="Hosts or CIDRs that may be fetched although private, loopback or link-local.",
+    )
+    encoder_window_ms: float = Field(default=12.0, description="Micro-batching window of the encoder pools.")
+    encoder_max_batch: int = Field(default=48, description="Most images per encoder forward pass.")
+    encoder_device: str = Field(
+        default="auto",
+        description="Torch device of the vision encoder pools (`cpu`, `cuda`, `cuda:1`). `auto`: the first GPU "
+        "when torch sees one, else the CPU.",
+    )
+    encoder_dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        default="float32",
+        description="Compute dtype of the vision encoder pools. `float32` is exact; `bfloat16`/`float16` are for "
+        "GPUs (`float16` on the CPU is refused at start-up). Embeddings reach the engine in float32 either way.",
+    )
+    encoder_threads: int = Field(default=1, ge=1, description="Torch threads of the vision encoder on the CPU.")
+    embedding_cache: bool = Field(default=True, description="Cache encoder outputs by content hash.")
+    embedding_cache_memory_mib: int = Field(default=256, description="In-memory tier of the embedding cache.")
+    embedding_cache_disk_gib: float = Field(default=4.0, description="File-store tier of the embedding cache.")
+    embedding_cache_ttl_s: float = Field(default=7 * 86400, description="Lifetime of a cached embedding.")
+    embedding_cache_dir: Path | None = Field(
+        default=None, description="File store of the embedding cache. Unset: `embeddings` in `data_dir`."
+    )
+    admission_max_queue: int = Field(default=64, description="Requests that may wait for KV capacity per pool.")
+    admission_max_wait_s: float = Field(default=30.0, description="Longest wait for KV capacity (then 503).")
+    shared_cache_salt: str | None = Field(
+        default=None, description="Prefix-cache salt shared by requests whose media are all pinned references."
+    )
+    pinned_media: list[str] = Field(
+        default_factory=list, description="sha256 content hashes of public reference media (see shared salt)."
+    )
+    grounding: bool = Field(
+        default=True,
+        description="Score answers to audio requests against a transcript of the audio, after the response.",
+    )
+    grounding_transcript_hint: str | None = Field(
+        default=None,
+        description="Names and terms the grounding transcriber should expect in request audio, as one line of text "
+        "(Whisper spells them as written here). Unset: the hint file beside the strongest audio pool's checkpoint "
+        "(grounding/transcript_hint.txt), if it has one; empty: no hint.",
+    )
+    default_max_tokens: int = Field(default=256, description="Completion length when the client sets none.")
+    log_level: str = Field(default="INFO", description="Log level of the server.")
+
+    def resolved_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{(self.data_dir / 'tessera.db').resolve()}"
+
+    def demo_dir(self) -> Path:
+        return self.models_dir or self.data_dir / "models"

@@ -1,0 +1,218 @@
+"""The demo factory's commands, wired into `tessera` by its command line: `models build-demo`, `models train-demo`,
+`models calibrate-demo` and `eval golden`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from config.settings import Settings
+
+
+def build_demo(args: argparse.Namespace) -> None:
+    from demo.checkpoints import DEMO_SPECS, build_demo_checkpoints
+
+    settings = Settings(**({"data_dir": args.data_dir} if args.data_dir else {}))
+    root = settings.demo_dir()
+    paths = build_demo_checkpoints(root, args.names or None, force=args.force)
+    for name, path in paths.items():
+        print(f"{name}: {path}\n  {DEMO_SPECS[name].description}")
+
+
+def train_demo(args: argparse.Namespace) -> None:
+    import dataclasses
+    import json
+
+    from demo.checkpoints import DEMO_WEIGHTS_DIR, build_demo_checkpoints
+    from demo.training.curriculum import parse_kind_weights, parse_mix_weights
+    from demo.training.output import export, quick_eval
+    from demo.training.trainer import TrainConfig, Trainer
+
+    try:
+        kind_weights = parse_kind_weights(args.kind_weights) if args.kind_weights else None
+    except ValueError as exc:
+        raise SystemExit(f"error: --kind-weights: {exc}") from None
+    try:
+        joint_mix = parse_mix_weights(args.mix_weights) if args.mix_weights else None
+    except ValueError as exc:
+        raise SystemExit(f"error: --mix-weights: {exc}") from None
+    if args.enlarge_share is not None and not 0.0 <= args.enlarge_share <= 1.0:
+        raise SystemExit(f"error: --enlarge-share must lie in [0, 1], got {args.enlarge_share}")
+    if args.lone_share is not None and not 0.0 <= args.lone_share <= 1.0:
+        raise SystemExit(f"error: --lone-share must lie in [0, 1], got {args.lone_share}")
+    if args.spread_beyond is not None and args.spread_beyond < 0:
+        raise SystemExit(f"error: --spread-beyond must be 0 or more, got {args.spread_beyond}")
+    if args.audio_variety is not None and not 0.0 <= args.audio_variety <= 1.0:
+        raise SystemExit(f"error: --audio-variety must lie in [0, 1], got {args.audio_variety}")
+    if args.lr is not None and not 0.0 < args.lr <= 0.1:
+        raise SystemExit(f"error: --lr must lie in (0, 0.1], got {args.lr}")
+    if args.joint_vision_blocks is not None and args.joint_vision_blocks < 0:
+        raise SystemExit(f"error: --joint-vision-blocks must be 0 or more, got {args.joint_vision_blocks}")
+    settings = Settings()
+    work = args.work_dir or settings.data_dir / "train"
+    pairs: tuple[tuple[str, Any], ...] = (
+        ("steps", args.steps),
+        ("batch", args.batch),
+        ("vision_steps", args.vision_steps),
+        ("audio_steps", args.audio_steps),
+        ("init", str(args.init) if args.init else None),
+        ("init_audio", False if args.audio_from_whisper else None),
+        ("kind_weights", kind_weights),
+        ("joint_mix", joint_mix),
+        ("enlarge_share", args.enlarge_share),
+        ("joint_lone_share", args.lone_share),
+        ("spread_beyond", args.spread_beyond),
+        ("audio_variety", args.audio_variety),
+        ("lr", args.lr),
+        ("joint_vision_blocks", args.joint_vision_blocks),
+        ("seed", args.seed),
+    )
+    overrides: dict[str, Any] = {k: v for k, v in pairs if v is not None}
+    config = dataclasses.replace(TrainConfig(pool=args.pool), **overrides)
+    base = build_demo_checkpoints(work / "base", [args.pool], grounded=False)[args.pool]
+    try:
+        trainer = Trainer(base, work / args.pool, config, progress=lambda line: print(line, flush=True))
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    trainer.train()
+    path = export(trainer, args.out or DEMO_WEIGHTS_DIR)
+    print(f"trained weights: {path}")
+    if args.eval_items:
+        check = quick_eval(trainer, args.eval_items)
+        print(json.dumps(check, indent=2))
+        manifest = path.with_suffix(".json")
+        recorded = json.loads(manifest.read_text())
+        recorded["quick_eval"] = {"transformers, first held-out items per mix": args.eval_items, **check}
+        manifest.write_text(json.dumps(recorded, indent=2) + "\n")
+
+
+def calibrate_demo(args: argparse.Namespace) -> None:
+    from demo.checkpoints import DEMO_WEIGHTS_DIR, build_demo_checkpoints
+    from demo.training.calibration import recalibrate
+    from demo.training.output import WEIGHTS_NAME
+
+    weights = DEMO_WEIGHTS_DIR / WEIGHTS_NAME.format(pool=args.pool)
+    if not weights.is_file():
+        raise SystemExit(f"error: {weights} does not exist; train the pool first (tessera models train-demo)")
+    checkpoint = build_demo_checkpoints(Settings().demo_dir(), [args.pool])[args.pool]
+    calibration = recalibrate(weights, checkpoint)
+    agreeing = calibration.agreement
+    print(
+        f"label head margin {calibration.margin}: scenes agreeing {agreeing[0.0]:.1%} -> "
+        f"{agreeing[calibration.margin]:.1%}; rewrote {weights} (build-demo rebuilds the checkpoint)"
+    )
+
+
+def add_models_parser(sub: Any) -> None:
+    """Adds `models build-demo`, `models train-demo` and `models calibrate-demo`."""
+    models = sub.add_parser("models", help="Manage checkpoints.").add_subparsers(dest="models_command", required=True)
+    demo = models.add_parser("build-demo", help="Build the demo checkpoints offline (seeded, deterministic).")
+    demo.add_argument("names", nargs="*", help="Which demo checkpoints (default: all).")
+    demo.add_argument("--force", action="store_true", help="Rebuild even if present.")
+    demo.add_argument("--data-dir", type=Path, help="Data directory (TESSERA_DATA_DIR, default .tessera).")
+    train = models.add_parser(
+        "train-demo",
+        help="Train a demo pool's vision and audio towers (and LoRA) on the grounding world; resumes when re-run.",
+    )
+    train.add_argument("--pool", default="large", help="Which demo checkpoint (default: large).")
+    train.add_argument("--vision-steps", type=int, default=None, help="Steps of the vision stage (towers only).")
+    train.add_argument("--audio-steps", type=int, default=None, help="Steps of the audio stage (towers only).")
+    train.add_argument(
+        "--steps", type=int, default=None, help="Steps of the joint stage (LoRA and both towers' tails)."
+    )
+    train.add_argument("--batch", type=int, default=None, help="Items per joint step (default: the recipe's).")
+    train.add_argument("--work-dir", type=Path, help="Base checkpoint and resumable state (default .tessera/train).")
+    train.add_argument("--out", type=Path, help="Where the trained weights go (default: demo/weights).")
+    train.add_argument(
+        "--init", type=Path, help="Start from an earlier run's <pool>-grounding.safetensors, not from nothing."
+    )
+    train.add_argument(
+        "--audio-from-whisper",
+        action="store_true",
+        help="With --init: the audio tower starts again from Whisper's own weights instead of the earlier run's.",
+    )
+    train.add_argument(
+        "--kind-weights",
+        help="How often the joint stage asks each question kind, e.g. describe=3,which_shapes=2 (others weigh 1).",
+    )
+    train.add_argument(
+        "--mix-weights",
+        help="How many joint steps in each round go to each mix, e.g. image=5,audio=1,image+audio=2 (default 3:3:2).",
+    )
+    train.add_argument(
+        "--enlarge-share",
+        type=float,
+        default=None,
+        help="Share of the vision stage's scenes that hold one large shape, drawn up to 3 times bigger (default 0.25).",
+    )
+    train.add_argument(
+        "--lone-share",
+        type=float,
+        default=None,
+        help="Share of the joint stage's image items asked about one large shape drawn up to 3 times bigger "
+        "(default 0).",
+    )
+    train.add_argument(
+        "--spread-beyond",
+        type=float,
+        default=None,
+        help="A vision-stage shape drawn more than this many times the world's size speaks its words from every cell "
+        "it covers, not its centre alone (default 0: never).",
+    )
+    train.add_argument(
+        "--audio-variety",
+        type=float,
+        default=None,
+        help="Share of the audio stage's speech said in other words around the world's (default 0.3).",
+    )
+    train.add_argument(
+        "--lr",
+        type=float,
+        default=None,
+        help="Peak learning rate of every stage (default 1e-3); a continuation from --init does better lower.",
+    )
+    train.add_argument(
+        "--joint-vision-blocks",
+        type=int,
+        default=None,
+        help="How many of the vision tower's last blocks train in the joint stage (default 0: the merger only).",
+    )
+    train.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="Training seed (default 1); a run from --init draws fresh items with another.",
+    )
+    train.add_argument("--eval-items", type=int, default=60, help="Held-out items per mix to check at the end.")
+    calibrate = models.add_parser(
+        "calibrate-demo",
+        help="Re-choose the label head's 'nothing here' margin of a demo pool's committed weights (no training).",
+    )
+    calibrate.add_argument("--pool", default="large", help="Which demo checkpoint (default: large).")
+
+
+def add_golden_parser(eval_kinds: Any) -> None:
+    """Adds `eval golden` to the `eval` command's subparsers."""
+    gen = eval_kinds.add_parser("golden", help="Regenerate the committed golden sets from their seeds.")
+    gen.add_argument("--out", type=Path, help="Folder to write (default demo/golden).")
+    gen.add_argument("--check", action="store_true", help="Only check that the files match their generator.")
+
+
+def run_golden(args: argparse.Namespace, progress: Any = print) -> None:
+    from demo.golden import GOLDEN_DIR, write_golden_sets
+
+    result = write_golden_sets(args.out or GOLDEN_DIR, check=args.check)
+    for name, ok in result.items():
+        progress(f"{name}: {'matches its generator' if args.check and ok else 'written' if ok else 'DIFFERS'}")
+    if not all(result.values()):
+        raise SystemExit("golden sets differ from their generator; run `tessera eval golden` and commit them")
+
+
+def run_models(args: argparse.Namespace) -> None:
+    if args.models_command == "train-demo":
+        train_demo(args)
+    elif args.models_command == "calibrate-demo":
+        calibrate_demo(args)
+    else:
+        build_demo(args)

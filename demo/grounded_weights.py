@@ -1,0 +1,48 @@
+"""Trained grounding weights (`tessera models train-demo`) put into a demo checkpoint as `build-demo` assembles it:
+the vision tower replaced, the audio tower's trained part laid over Whisper's encoder, the LoRA merged into the
+text model, and the tower's label head handed back to be written beside the checkpoint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def merge_lora(state: dict[str, Any], lora: dict[str, Any], scale: float, prefix: str = "thinker.model.") -> None:
+    """Folds LoRA updates into a checkpoint's q and v weights in place: W += scale * B @ A."""
+    for key, a in lora.items():
+        if not key.endswith(".a"):
+            continue
+        _, layer, name, _ = key.split(".")
+        b = lora[key[:-2] + ".b"]
+        target = f"{prefix}layers.{layer}.self_attn.{name}.weight"
+        if target not in state or tuple(state[target].shape) != (b.shape[0], a.shape[1]):
+            raise RuntimeError(f"LoRA update {key} does not fit {target}")
+        state[target] = (state[target] + scale * (b @ a)).contiguous()
+
+
+def apply_grounding(state: dict[str, Any], path: Path) -> tuple[dict[str, Any], dict[str, str]]:
+    """Puts trained grounding weights into a checkpoint's state (the vision tower replaced, the LoRA merged) and
+    returns the tower's label head with its metadata (the label names), for `serving.encoders.detection`."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        metadata = f.metadata() or {}
+        scale = float(metadata["lora_scale"])
+        tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open has no __iter__)
+    tower = {k: v for k, v in tensors.items() if k.startswith("thinker.visual.")}
+    misfits = [k for k, v in tower.items() if k not in state or state[k].shape != v.shape]
+    if misfits or len(tower) != sum(k.startswith("thinker.visual.") for k in state):
+        raise RuntimeError(f"{path} does not fit this checkpoint's vision tower: {misfits[:4]}")
+    state.update(tower)
+    # The audio tower starts as Whisper's encoder; only the parts training changed are stored (its top layers,
+    # `ln_post` and the projection), so any subset of the tower may come.
+    audio = {k: v for k, v in tensors.items() if k.startswith("thinker.audio_tower.")}
+    misfits = [k for k, v in audio.items() if k not in state or state[k].shape != v.shape]
+    if misfits:
+        raise RuntimeError(f"{path} does not fit this checkpoint's audio tower: {misfits[:4]}")
+    state.update(audio)
+    merge_lora(state, {k: v for k, v in tensors.items() if k.startswith("lora.")}, scale)
+    head = {k.removeprefix("label_head."): v for k, v in tensors.items() if k.startswith("label_head.")}
+    words = {"audio_words": metadata["audio_words"]} if "audio_words" in metadata else {}
+    return head, {"labels": metadata.get("labels", "[]"), **words}

@@ -1,0 +1,347 @@
+"""The typed application state: everything the lifespan builds, handed to handlers by dependency injection.
+
+`build_state` acquires each part on one `AsyncExitStack`, so teardown runs in reverse order of construction and
+a failure half-way through start-up closes exactly what was already built.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import os
+import secrets
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+from sqlalchemy import Engine
+
+from api.auth import Authenticator
+from billing.prices import PriceBook
+from billing.stripe_meters import StripeMeters
+from billing.worker import OutboxWorker
+from config.settings import PoolSettings, Settings
+from grounding.service import GroundingService
+from serving.admission import AdmissionController
+from serving.background import BackgroundTasks
+from serving.encoders.cache import EmbeddingCache
+from serving.encoders.encoding import MediaEncoder
+from serving.encoders.placement import EncoderPlacement
+from serving.encoders.pools import AudioFeaturePool, VisionEncoderPool, vision_geometry
+from serving.engines.base import EngineClient, EngineSpec
+from serving.engines.inprocess import VllmEngine
+from serving.engines.remote import RemoteEngine, RemoteSettings
+from serving.errors import NotFound
+from serving.ingest import MediaIngest
+from serving.media.audio import AudioLoader
+from serving.media.fetch import FetchPolicy, MediaFetcher
+from serving.media.images import ImageLoader
+from serving.metrics import ServerMetrics
+from serving.pipeline import Pipeline
+from serving.pools import ModelPool, PoolRegistry
+from serving.record import CompletionBus
+from serving.service import InferenceService
+from tenancy.directory import Directory
+from tenancy.limits import InProcessLimiter, RateLimiter, RedisLimiter
+from tenancy.quotas import QuotaGate
+from tenancy.revocations import ChangeFeed
+from tenancy.store import open_database
+from tenancy.usage_log import UsageJournal
+
+logger = logging.getLogger(__name__)
+
+AUDIO_SAMPLE_RATE = 16_000  # the Whisper-style feature extractors of the supported audio towers
+
+
+@dataclass
+class AppState:
+    settings: Settings
+    pools: PoolRegistry
+    service: InferenceService
+    quotas: QuotaGate
+    metrics: ServerMetrics
+    db: Engine
+    directory: Directory
+    auth: Authenticator
+    demo_key: str | None
+    demo_key_new: bool
+    prices: PriceBook
+    limiter: RateLimiter
+    cache: EmbeddingCache | None = None
+    grounding: GroundingService | None = None
+
+
+async def _stopped(task: asyncio.Task[None]) -> None:
+    """Cancel a background task and wait for it, so nothing it uses is closed under it."""
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+def _private_file(path: Path, make: Callable[[], str]) -> str:
+    """Read a secret kept in the data dir, creating it (mode 0600) on first use."""
+    if path.is_file():
+        return path.read_text().strip()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    value = make()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(value + "\n")
+    return value
+
+
+def console_secret(settings: Settings) -> str:
+    """The per-deployment secret: keys are hashed with it, console sessions and CSRF tokens derive from it."""
+    return settings.key_secret or _private_file(settings.data_dir / "key-secret", lambda: secrets.token_hex(32))
+
+
+OPERATOR_KEY_NAME = "TESSERA_API_KEY"
+
+
+def setup_tenancy(settings: Settings, db: Engine) -> tuple[Directory, str | None, bool]:
+    """The key directory, plus the demo tenant's key: the configured one, or one issued once and kept."""
+    directory = Directory(db, console_secret(settings))
+    if not settings.demo_tenant:
+        return directory, None, False
+    try:
+        tenant = directory.tenant(settings.demo_tenant)
+    except NotFound:
+        tenant = directory.create_tenant(settings.demo_tenant)
+    if settings.api_key:
+        key_id = directory.register_key(settings.api_key, tenant.id, name=OPERATOR_KEY_NAME)
+        if retired := directory.retire_keys_named(OPERATOR_KEY_NAME, tenant.id, key_id):
+            logger.warning("TESSERA_API_KEY changed: revoked %d earlier operator key(s)", retired)
+        return directory, settings.api_key, False
+    key_file = settings.data_dir / "demo-key"
+    fresh = not key_file.is_file()
+    key = _private_file(key_file, lambda: directory.issue_key(tenant.id, name="demo").key)
+    return directory, key, fresh
+
+
+def engine_spec(pool: PoolSettings, model_path: str, max_images: int) -> EngineSpec:
+    return EngineSpec(
+        enable_mm_embeds=pool.encoder_pools,
+        model=model_path,
+        dtype=pool.dtype,
+        max_model_len=pool.max_model_len,
+        tensor_parallel_size=pool.tensor_parallel_size,
+        gpu_memory_utilization=pool.gpu_memory_utilization,
+        kv_cache_bytes=int(pool.kv_cache_gib * (1 << 30)),
+        enforce_eager=pool.enforce_eager,
+        cpu_threads=pool.cpu_threads,
+        max_num_seqs=pool.max_num_seqs,
+        limit_mm_per_prompt={"image": max_images, "audio": 1, "video": 0},
+    )
+
+
+# Resolves the pools that name no checkpoint (`model` unset) to checkpoint folders. The command line hands in the
+# demo builder (demo.checkpoints.resolve_demo_pools); without a resolver every pool must name its checkpoint.
+CheckpointResolver = Callable[[Settings, list[str]], dict[str, Path]]
+
+
+def _model_paths(settings: Settings, resolve: CheckpointResolver | None) -> dict[str, str]:
+    paths = {p.name: p.model for p in settings.pools if p.model}
+    unnamed = [p.name for p in settings.pools if not p.model]
+    if unnamed and resolve is None:
+        raise ValueError(f"pool(s) {unnamed} have no `model` path (set TESSERA_POOLS or --pool NAME=PATH)")
+    if unnamed and resolve is not None:
+        paths.update({name: str(path) for name, path in resolve(settings, unnamed).items()})
+    return paths
+
+
+@asynccontextmanager
+async def build_state(settings: Settings, checkpoints: CheckpointResolver | None = None) -> AsyncIterator[AppState]:
+    async with AsyncExitStack() as stack:
+        db = await asyncio.to_thread(open_database, settings.resolved_database_url())
+        stack.callback(db.dispose)
+        directory, demo_key, demo_key_new = await asyncio.to_thread(setup_tenancy, settings, db)
+        limiter = _limiter(settings)
+        if isinstance(limiter, RedisLimiter):
+            stack.push_async_callback(limiter.close)
+        if settings.redis_url:
+            feed = ChangeFeed(settings.redis_url, directory)
+            await feed.start()
+            stack.push_async_callback(feed.close)
+        pools = await _start_pools(settings, stack, checkpoints)
+        ingest = _media_ingest(settings, await stack.enter_async_context(_fetch_client(settings)))
+        stack.callback(ingest.close)
+        cache = await _embedding_cache(settings, db)
+        metrics = ServerMetrics()
+        metrics.attach_pools(pools, cache)
+        prices = PriceBook(db)
+        tasks = BackgroundTasks()
+        stack.push_async_callback(tasks.drain)  # usage writes finish before the database closes
+        journal = UsageJournal(db, prices, heartbeat_s=settings.journal_heartbeat_s, stale_s=settings.journal_stale_s)
+        await journal.start()
+        stack.push_async_callback(journal.stop)
+        bus = CompletionBus(tasks, [metrics.record_completion], journal=journal)
+        grounding = (
+            GroundingService.create(
+                db,
+                tasks,
+                registry=metrics.registry,
+                transcript_hint=settings.grounding_transcript_hint,
+                checkpoints=[p.audio.checkpoint for p in sorted(pools.pools, key=lambda p: -p.strength) if p.audio],
+            )
+            if settings.grounding
+            else None
+        )
+        if grounding is not None:
+            bus.subscribe(grounding)
+            stack.callback(grounding.close)
+        if settings.stripe_api_key:
+            meters = StripeMeters(settings.stripe_api_key, settings.stripe_api_base)
+            stack.push_async_callback(meters.aclose)
+            worker = OutboxWorker(db, meters, registry=metrics.registry)
+            stack.push_async_callback(_stopped, asyncio.get_running_loop().create_task(worker.run_forever()))
+        pipeline = Pipeline(
+            pools,
+            ingest,
+            max_images=settings.max_images_per_request,
+            pinned_media=set(settings.pinned_media),
+            shared_cache_salt=settings.shared_cache_salt,
+        )
+        yield AppState(
+            settings=settings,
+            pools=pools,
+            service=InferenceService(pipeline, MediaEncoder(ingest, cache), metrics, bus, tasks),
+            quotas=QuotaGate(limiter, db, prices=prices),
+            metrics=metrics,
+            db=db,
+            directory=directory,
+            auth=Authenticator(directory, settings.admin_key),
+            demo_key=demo_key,
+            demo_key_new=demo_key_new,
+            prices=prices,
+            limiter=limiter,
+            cache=cache,
+            grounding=grounding,
+        )
+
+
+def _limiter(settings: Settings) -> RateLimiter:
+    if settings.redis_url:
+        return RedisLimiter(settings.redis_url, window_s=settings.rate_window_s)
+    return InProcessLimiter(window_s=settings.rate_window_s)
+
+
+async def _start_pools(
+    settings: Settings, stack: AsyncExitStack, checkpoints: CheckpointResolver | None
+) -> PoolRegistry:
+    """Start every pool's engine and encoders; each is registered for shutdown as soon as it runs."""
+    # A placement this machine cannot honour is refused before any checkpoint is built or engine started.
+    await asyncio.to_thread(EncoderPlacement.resolve, settings.encoder_device, settings.encoder_dtype)
+    paths = await asyncio.to_thread(_model_paths, settings, checkpoints)
+    created = int(time.time())
+    pools = []
+    for index, pool in enumerate(settings.pools):
+        engine: EngineClient
+        if pool.replicas:
+            if not pool.encoder_pools:
+                raise ValueError(
+                    f"pool '{pool.name}': a remote pool needs encoder_pools (replicas take encoder outputs)"
+                )
+            logger.info("connecting pool '%s' to %d replicas", pool.name, len(pool.replicas))
+            remote = await RemoteEngine.connect(pool.name, Path(paths[pool.name]), _remote_settings(settings, pool))
+            stack.push_async_callback(remote.close)
+            engine = remote
+        else:
+            logger.info("starting engine for pool '%s' from %s", pool.name, paths[pool.name])
+            spec = engine_spec(pool, paths[pool.name], settings.max_images_per_request)
+            engine = await asyncio.to_thread(VllmEngine.start, pool.name, spec)
+            stack.callback(engine.shutdown)
+        built = await _build_pool(settings, index, pool, engine, created)
+        if built.vision is not None:
+            stack.push_async_callback(built.vision.close)
+        if built.audio is not None:
+            stack.push_async_callback(built.audio.close)
+        pools.append(built)
+    return PoolRegistry(pools)
+
+
+def _remote_settings(settings: Settings, pool: PoolSettings) -> RemoteSettings:
+    return RemoteSettings(
+        urls=tuple(u.rstrip("/") for u in pool.replicas),
+        policy=settings.fleet_policy,
+        scrape_interval_s=settings.fleet_scrape_interval_s,
+        connect_timeout_s=settings.fleet_connect_timeout_s,
+        read_timeout_s=settings.fleet_read_timeout_s,
+    )
+
+
+def _fetch_client(settings: Settings) -> httpx.AsyncClient:
+    return httpx.AsyncClient(timeout=settings.fetch_timeout_s, headers={"user-agent": "tessera-media-fetch"})
+
+
+def _media_ingest(settings: Settings, http: httpx.AsyncClient) -> MediaIngest:
+    policy = FetchPolicy.build(
+        timeout_s=settings.fetch_timeout_s,
+        max_bytes=settings.fetch_max_bytes,
+        max_redirects=settings.fetch_max_redirects,
+        allow=settings.fetch_allow_hosts,
+    )
+    return MediaIngest(
+        ImageLoader(max_pixels=settings.max_image_pixels, fetcher=MediaFetcher(http, policy)),
+        AudioLoader(target_rate=AUDIO_SAMPLE_RATE, max_seconds=settings.max_audio_seconds),
+        workers=settings.media_workers,
+        max_request_pixels=settings.max_request_pixels,
+    )
+
+
+async def _embedding_cache(settings: Settings, db: Engine) -> EmbeddingCache | None:
+    if not settings.embedding_cache:
+        return None
+    cache = EmbeddingCache(
+        settings.embedding_cache_dir or settings.data_dir / "embeddings",
+        db,
+        memory_bytes=settings.embedding_cache_memory_mib << 20,
+        ttl_s=settings.embedding_cache_ttl_s,
+        disk_bytes=int(settings.embedding_cache_disk_gib * (1 << 30)),
+    )
+    await cache.sweep()
+    return cache
+
+
+async def _build_pool(
+    settings: Settings, index: int, pool: PoolSettings, engine: EngineClient, created: int
+) -> ModelPool:
+    built = ModelPool.from_engine(pool.name, engine, pool.aliases, created, pool.modalities)
+    built.strength = pool.strength if pool.strength is not None else index
+    built.tool_parser = pool.tool_parser
+    checkpoint = Path(engine.model_path)
+    from transformers import AutoTokenizer
+
+    built.own_tokenizer = await asyncio.to_thread(AutoTokenizer.from_pretrained, checkpoint)
+    if "image" in built.modalities:
+        built.geometry = vision_geometry(checkpoint)
+        if pool.encoder_pools:
+            vision = VisionEncoderPool(
+                checkpoint,
+                window_ms=settings.encoder_window_ms,
+                max_batch=settings.encoder_max_batch,
+                threads=settings.encoder_threads,
+                device=settings.encoder_device,
+                dtype=settings.encoder_dtype,
+            )
+            await asyncio.to_thread(vision.load)
+            await asyncio.to_thread(vision.warm_up)  # the first request should not pay the cold start
+            vision.start()
+            built.vision = vision
+    if "audio" in built.modalities and pool.encoder_pools:
+        built.audio = await asyncio.to_thread(AudioFeaturePool, checkpoint)
+        await asyncio.to_thread(built.audio.warm_up)
+    cap = engine.capacity
+    built.admission = AdmissionController(
+        total_blocks=cap.num_blocks,
+        block_size=cap.block_size,
+        headroom_blocks=math.ceil(cap.num_blocks * pool.kv_headroom_fraction),
+        max_queue=settings.admission_max_queue,
+        max_wait_s=settings.admission_max_wait_s,
+        enabled=pool.admission,
+    )
+    return built
