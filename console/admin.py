@@ -10,10 +10,10 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from litestar import Controller, Request, Response, get, post
-from litestar.di import Provide
+from litestar.di import NamedDependency, Provide
 from litestar.enums import MediaType, RequestEncodingType
 from litestar.exceptions import NotFoundException
-from litestar.params import Body
+from litestar.params import Body, FromPath, FromQuery
 from litestar.response import Redirect, Template
 from sqlalchemy import Engine
 
@@ -136,7 +136,11 @@ class TenantViews:
 
 
 def tenant_views(
-    directory: Directory, pools: PoolRegistry, db: Engine, limiter: RateLimiter, settings: Settings
+    directory: NamedDependency[Directory],
+    pools: NamedDependency[PoolRegistry],
+    db: NamedDependency[Engine],
+    limiter: NamedDependency[RateLimiter],
+    settings: NamedDependency[Settings],
 ) -> TenantViews:
     return TenantViews(directory, pools, db, limiter, settings)
 
@@ -153,9 +157,9 @@ class AdminConsoleController(Controller):
     async def signin(
         self,
         request: Request[Any, Any, Any],
-        directory: Directory,
-        auth: Authenticator,
-        console_sessions: ConsoleSessions,
+        directory: NamedDependency[Directory],
+        auth: NamedDependency[Authenticator],
+        console_sessions: NamedDependency[ConsoleSessions],
         data: Form,
     ) -> Any:
         marker = await asyncio.to_thread(admin_marker, auth, directory, str(data.get("api_key", "")).strip())
@@ -165,7 +169,9 @@ class AdminConsoleController(Controller):
         return Redirect("/console/admin/", status_code=303)
 
     @post("/signout")
-    async def signout(self, request: Request[Any, Any, Any], console_sessions: ConsoleSessions) -> Redirect:
+    async def signout(
+        self, request: Request[Any, Any, Any], console_sessions: NamedDependency[ConsoleSessions]
+    ) -> Redirect:
         await sign_out(request, console_sessions, ADMIN_SESSION)
         return Redirect("/console/admin/signin", status_code=303)
 
@@ -174,13 +180,13 @@ class AdminConsoleController(Controller):
     @get("/")
     async def overview(
         self,
-        console_admin: Principal,
-        server_metrics: ServerMetrics,
-        pools: PoolRegistry,
-        cache: Any,
-        db: Engine,
-        start: str | None = None,
-        end: str | None = None,
+        console_admin: NamedDependency[Principal],
+        server_metrics: NamedDependency[ServerMetrics],
+        pools: NamedDependency[PoolRegistry],
+        cache: NamedDependency[Any],
+        db: NamedDependency[Engine],
+        start: FromQuery[str | None] = None,
+        end: FromQuery[str | None] = None,
     ) -> Template:
         first, last = date_range(start, end)
         quality = await asyncio.to_thread(overview_quality, db, *day_bounds(first, last))
@@ -198,7 +204,7 @@ class AdminConsoleController(Controller):
         )
 
     @get("/eval/grounding.html")
-    async def eval_report(self, console_admin: Principal) -> Response[str]:
+    async def eval_report(self, console_admin: NamedDependency[Principal]) -> Response[str]:
         """The latest grounding eval's own HTML page, from its one fixed path, shown sandboxed."""
         body = await asyncio.to_thread(eval_report_html)
         if body is None:
@@ -208,18 +214,33 @@ class AdminConsoleController(Controller):
 
     @get("/live")
     async def live(
-        self, console_admin: Principal, server_metrics: ServerMetrics, pools: PoolRegistry, cache: Any
+        self,
+        console_admin: NamedDependency[Principal],
+        server_metrics: NamedDependency[ServerMetrics],
+        pools: NamedDependency[PoolRegistry],
+        cache: NamedDependency[Any],
     ) -> Template:
         return page("console/admin/_live.html.jinja2", area="admin", live=live_figures(server_metrics, pools, cache))
 
     # -- tenants ------------------------------------------------------------------------------------------
 
     @get("/tenants")
-    async def tenants(self, console_admin: Principal, directory: Directory, db: Engine) -> Template:
+    async def tenants(
+        self,
+        console_admin: NamedDependency[Principal],
+        directory: NamedDependency[Directory],
+        db: NamedDependency[Engine],
+    ) -> Template:
         return await _tenants_page(directory, db)
 
     @post("/tenants")
-    async def create_tenant(self, console_admin: Principal, directory: Directory, db: Engine, data: Form) -> Template:
+    async def create_tenant(
+        self,
+        console_admin: NamedDependency[Principal],
+        directory: NamedDependency[Directory],
+        db: NamedDependency[Engine],
+        data: Form,
+    ) -> Template:
         name = str(data.get("name", "")).strip()
         if not name or len(name) > 128:
             raise InvalidRequest("a tenant needs a name of 1 to 128 characters", param="name")
@@ -237,26 +258,43 @@ class AdminConsoleController(Controller):
     @get("/tenants/{tenant_id:str}")
     async def tenant(
         self,
-        tenant_id: str,
-        console_admin: Principal,
-        views: TenantViews,
-        start: str | None = None,
-        end: str | None = None,
+        tenant_id: FromPath[str],
+        console_admin: NamedDependency[Principal],
+        views: NamedDependency[TenantViews],
+        start: FromQuery[str | None] = None,
+        end: FromQuery[str | None] = None,
     ) -> Template:
         return await views.page(tenant_id, start=start, end=end)
 
     @post("/tenants/{tenant_id:str}/status")
-    async def set_status(self, tenant_id: str, console_admin: Principal, views: TenantViews, data: Form) -> Template:
+    async def set_status(
+        self,
+        tenant_id: FromPath[str],
+        console_admin: NamedDependency[Principal],
+        views: NamedDependency[TenantViews],
+        data: Form,
+    ) -> Template:
         await asyncio.to_thread(views.directory.set_status, tenant_id, str(data.get("status", "")))
         return await views.page(tenant_id, notice="Status saved.")
 
     @post("/tenants/{tenant_id:str}/quota")
-    async def set_quota(self, tenant_id: str, console_admin: Principal, views: TenantViews, data: Form) -> Template:
+    async def set_quota(
+        self,
+        tenant_id: FromPath[str],
+        console_admin: NamedDependency[Principal],
+        views: NamedDependency[TenantViews],
+        data: Form,
+    ) -> Template:
         await asyncio.to_thread(views.directory.set_quota, tenant_id, **quota_fields(data))
         return await views.page(tenant_id, notice="Quota saved.")
 
     @get("/tenants/{tenant_id:str}/gauges")
-    async def tenant_gauges(self, tenant_id: str, console_admin: Principal, views: TenantViews) -> Template:
+    async def tenant_gauges(
+        self,
+        tenant_id: FromPath[str],
+        console_admin: NamedDependency[Principal],
+        views: NamedDependency[TenantViews],
+    ) -> Template:
         found = await views.gauges(tenant_id)
         return page(
             "console/_gauges.html.jinja2", area="admin", gauges=found, base=f"/console/admin/tenants/{tenant_id}"
@@ -265,12 +303,12 @@ class AdminConsoleController(Controller):
     @get("/tenants/{tenant_id:str}/export.csv")
     async def tenant_csv(
         self,
-        tenant_id: str,
-        console_admin: Principal,
-        directory: Directory,
-        db: Engine,
-        start: str | None = None,
-        end: str | None = None,
+        tenant_id: FromPath[str],
+        console_admin: NamedDependency[Principal],
+        directory: NamedDependency[Directory],
+        db: NamedDependency[Engine],
+        start: FromQuery[str | None] = None,
+        end: FromQuery[str | None] = None,
     ) -> Response[str]:
         tenant: Tenant = await asyncio.to_thread(directory.tenant, tenant_id)
         first, last = date_range(start, end)
@@ -278,7 +316,13 @@ class AdminConsoleController(Controller):
         return csv_response(body, tenant.name, first, last)
 
     @post("/tenants/{tenant_id:str}/keys")
-    async def issue_key(self, tenant_id: str, console_admin: Principal, views: TenantViews, data: Form) -> Template:
+    async def issue_key(
+        self,
+        tenant_id: FromPath[str],
+        console_admin: NamedDependency[Principal],
+        views: NamedDependency[TenantViews],
+        data: Form,
+    ) -> Template:
         options, error = key_options(data, views.pools)
         if error:
             raise InvalidRequest(error, param="models")
@@ -286,19 +330,34 @@ class AdminConsoleController(Controller):
         return await views.page(tenant_id, issued=issued.key, status_code=201)
 
     @post("/tenants/{tenant_id:str}/keys/{key_id:str}/revoke")
-    async def revoke_key(self, tenant_id: str, key_id: str, console_admin: Principal, views: TenantViews) -> Template:
+    async def revoke_key(
+        self,
+        tenant_id: FromPath[str],
+        key_id: FromPath[str],
+        console_admin: NamedDependency[Principal],
+        views: NamedDependency[TenantViews],
+    ) -> Template:
         await asyncio.to_thread(views.directory.revoke_key, key_id, tenant_id=tenant_id)
         return await views.page(tenant_id, notice="Key revoked.")
 
     # -- prices -------------------------------------------------------------------------------------------
 
     @get("/prices")
-    async def prices_page(self, console_admin: Principal, prices: PriceBook, pools: PoolRegistry) -> Template:
+    async def prices_page(
+        self,
+        console_admin: NamedDependency[Principal],
+        prices: NamedDependency[PriceBook],
+        pools: NamedDependency[PoolRegistry],
+    ) -> Template:
         return await _prices_page(prices, pools)
 
     @post("/prices")
     async def set_prices(
-        self, console_admin: Principal, prices: PriceBook, pools: PoolRegistry, data: Form
+        self,
+        console_admin: NamedDependency[Principal],
+        prices: NamedDependency[PriceBook],
+        pools: NamedDependency[PoolRegistry],
+        data: Form,
     ) -> Template:
         models = [p.name for p in pools.pools]
         current = await asyncio.to_thread(prices.all, models)

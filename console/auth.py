@@ -12,6 +12,7 @@ import asyncio
 from typing import Any
 
 from litestar import Request
+from litestar.di import NamedDependency
 from litestar.exceptions import NotAuthorizedException
 
 from api.auth import STATIC_ADMIN, Authenticator
@@ -72,7 +73,9 @@ async def _subject(request: Request[Any, Any, Any], sessions: ConsoleSessions, k
 
 
 async def tenant_principal(
-    request: Request[Any, Any, Any], directory: Directory, console_sessions: ConsoleSessions
+    request: Request[Any, Any, Any],
+    directory: NamedDependency[Directory],
+    console_sessions: NamedDependency[ConsoleSessions],
 ) -> Principal:
     key_id = await _subject(request, console_sessions, TENANT_SESSION)
     found = await asyncio.to_thread(directory.by_key_id, key_id) if key_id else None
@@ -90,7 +93,10 @@ def admin_marker(auth: Authenticator, directory: Directory, key: str) -> str | N
 
 
 async def admin_principal(
-    request: Request[Any, Any, Any], directory: Directory, auth: Authenticator, console_sessions: ConsoleSessions
+    request: Request[Any, Any, Any],
+    directory: NamedDependency[Directory],
+    auth: NamedDependency[Authenticator],
+    console_sessions: NamedDependency[ConsoleSessions],
 ) -> Principal:
     marker = await _subject(request, console_sessions, ADMIN_SESSION) or ""
     kind, _, value = marker.partition(":")

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 from litestar import Controller, Request, get, post
 from litestar.datastructures import UploadFile
+from litestar.di import NamedDependency
 from litestar.enums import RequestEncodingType
 from litestar.params import Body
 from litestar.response import Redirect, Template
@@ -48,8 +49,8 @@ class ConsoleController(Controller):
     async def signin(
         self,
         request: Request[Any, Any, Any],
-        directory: Directory,
-        console_sessions: ConsoleSessions,
+        directory: NamedDependency[Directory],
+        console_sessions: NamedDependency[ConsoleSessions],
         data: Annotated[dict[str, str], Body(media_type=RequestEncodingType.URL_ENCODED)],
     ) -> Any:
         principal = await asyncio.to_thread(directory.resolve, data.get("api_key", "").strip())
@@ -59,12 +60,19 @@ class ConsoleController(Controller):
         return Redirect("/console/playground", status_code=303)
 
     @post("/signout")
-    async def signout(self, request: Request[Any, Any, Any], console_sessions: ConsoleSessions) -> Redirect:
+    async def signout(
+        self, request: Request[Any, Any, Any], console_sessions: NamedDependency[ConsoleSessions]
+    ) -> Redirect:
         await sign_out(request, console_sessions, TENANT_SESSION)
         return Redirect("/console/signin", status_code=303)
 
     @get("/playground", name="console:playground")
-    async def playground(self, request: Request[Any, Any, Any], signed_in: Principal, pools: PoolRegistry) -> Template:
+    async def playground(
+        self,
+        request: Request[Any, Any, Any],
+        signed_in: NamedDependency[Principal],
+        pools: NamedDependency[PoolRegistry],
+    ) -> Template:
         models = [p.name for p in pools.pools if signed_in.may_use(p.name)]
         return page(
             "console/playground.html.jinja2",
@@ -78,11 +86,11 @@ class ConsoleController(Controller):
     @post("/playground/run", status_code=200)
     async def run(
         self,
-        signed_in: Principal,
-        service: InferenceService,
-        quotas: QuotaGate,
-        settings: Settings,
-        grounding: GroundingService | None,
+        signed_in: NamedDependency[Principal],
+        service: NamedDependency[InferenceService],
+        quotas: NamedDependency[QuotaGate],
+        settings: NamedDependency[Settings],
+        grounding: NamedDependency[GroundingService | None],
         data: Annotated[dict[str, Any], Body(media_type=RequestEncodingType.MULTI_PART)],
     ) -> Any:
         """The form becomes an OpenAI request and goes through the same parsing, caller policy and serving as

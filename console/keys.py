@@ -7,8 +7,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 from litestar import Controller, get, post
+from litestar.di import NamedDependency
 from litestar.enums import RequestEncodingType
-from litestar.params import Body
+from litestar.params import Body, FromPath
 from litestar.response import Template
 
 from console.pages import page
@@ -76,15 +77,20 @@ class KeysController(Controller):
     path = "/console/keys"
 
     @get("/")
-    async def keys_page(self, signed_in: Principal, directory: Directory, pools: PoolRegistry) -> Template:
+    async def keys_page(
+        self,
+        signed_in: NamedDependency[Principal],
+        directory: NamedDependency[Directory],
+        pools: NamedDependency[PoolRegistry],
+    ) -> Template:
         return await _render(signed_in, directory, pools)
 
     @post("/")
     async def create(
         self,
-        signed_in: Principal,
-        directory: Directory,
-        pools: PoolRegistry,
+        signed_in: NamedDependency[Principal],
+        directory: NamedDependency[Directory],
+        pools: NamedDependency[PoolRegistry],
         data: Annotated[dict[str, Any], Body(media_type=RequestEncodingType.URL_ENCODED)],
     ) -> Template:
         if not can_manage(signed_in):
@@ -96,7 +102,13 @@ class KeysController(Controller):
         return await _render(signed_in, directory, pools, status_code=201, issued=issued.key)
 
     @post("/{key_id:str}/revoke")
-    async def revoke(self, key_id: str, signed_in: Principal, directory: Directory, pools: PoolRegistry) -> Template:
+    async def revoke(
+        self,
+        key_id: FromPath[str],
+        signed_in: NamedDependency[Principal],
+        directory: NamedDependency[Directory],
+        pools: NamedDependency[PoolRegistry],
+    ) -> Template:
         if not can_manage(signed_in):
             return await _render(signed_in, directory, pools, status_code=403, error=RESTRICTED)
         if key_id == signed_in.key_id:

@@ -10,9 +10,10 @@ from typing import Annotated, Any
 from urllib.parse import urlencode
 
 from litestar import Controller, get, post
+from litestar.di import NamedDependency
 from litestar.enums import RequestEncodingType
 from litestar.exceptions import NotFoundException
-from litestar.params import Body
+from litestar.params import Body, FromPath, FromQuery
 from litestar.plugins.htmx import HTMXRequest, HTMXTemplate
 from litestar.response import Redirect, Template
 from sqlalchemy import Engine
@@ -75,14 +76,14 @@ class RequestsController(Controller):
     @get("/")
     async def log(
         self,
-        signed_in: Principal,
-        db: Engine,
-        pools: PoolRegistry,
-        model: str | None = None,
-        mix: str | None = None,
-        status: str | None = None,
-        grounding_below: str | None = None,
-        page_number: int = 1,
+        signed_in: NamedDependency[Principal],
+        db: NamedDependency[Engine],
+        pools: NamedDependency[PoolRegistry],
+        model: FromQuery[str | None] = None,
+        mix: FromQuery[str | None] = None,
+        status: FromQuery[str | None] = None,
+        grounding_below: FromQuery[str | None] = None,
+        page_number: FromQuery[int] = 1,
     ) -> Template:
         filters = _filters(model, mix, status, grounding_below)
         rows, total, number = await asyncio.to_thread(
@@ -112,7 +113,13 @@ class RequestsController(Controller):
         )
 
     @get("/{request_id:str}")
-    async def detail(self, request_id: str, signed_in: Principal, db: Engine, settings: Settings) -> Template:
+    async def detail(
+        self,
+        request_id: FromPath[str],
+        signed_in: NamedDependency[Principal],
+        db: NamedDependency[Engine],
+        settings: NamedDependency[Settings],
+    ) -> Template:
         found = await asyncio.to_thread(receipt, db, signed_in.tenant_id, request_id)
         if found is None:
             raise NotFoundException(f"no request '{request_id}' for this tenant")
@@ -126,7 +133,12 @@ class RequestsController(Controller):
 
     @get("/{request_id:str}/summary")
     async def summary(
-        self, request_id: str, signed_in: Principal, db: Engine, settings: Settings, attempt: int = 0
+        self,
+        request_id: FromPath[str],
+        signed_in: NamedDependency[Principal],
+        db: NamedDependency[Engine],
+        settings: NamedDependency[Settings],
+        attempt: FromQuery[int] = 0,
     ) -> Template:
         """Cost and grounding of a request just run in the playground; the fragment re-polls itself while the
         usage record or its grounding score is still being written."""
@@ -145,9 +157,9 @@ class RequestsController(Controller):
     async def feedback(
         self,
         request: HTMXRequest,
-        request_id: str,
-        signed_in: Principal,
-        db: Engine,
+        request_id: FromPath[str],
+        signed_in: NamedDependency[Principal],
+        db: NamedDependency[Engine],
         data: Annotated[dict[str, Any], Body(media_type=RequestEncodingType.URL_ENCODED)],
     ) -> HTMXTemplate | Redirect:
         """Thumbs up or down on one of the tenant's answers; pressing again replaces it. With HTMX the buttons are

@@ -14,6 +14,8 @@ from typing import Any
 from urllib.parse import quote
 
 from litestar import Controller, Response, get
+from litestar.di import NamedDependency
+from litestar.params import FromQuery
 from litestar.response import Template
 from sqlalchemy import Engine
 
@@ -201,12 +203,12 @@ class UsageController(Controller):
     @get("/")
     async def usage_page(
         self,
-        signed_in: Principal,
-        db: Engine,
-        limiter: RateLimiter,
-        settings: Settings,
-        start: str | None = None,
-        end: str | None = None,
+        signed_in: NamedDependency[Principal],
+        db: NamedDependency[Engine],
+        limiter: NamedDependency[RateLimiter],
+        settings: NamedDependency[Settings],
+        start: FromQuery[str | None] = None,
+        end: FromQuery[str | None] = None,
     ) -> Template:
         first, last = date_range(start, end)
         tenant_id = str(signed_in.tenant_id)
@@ -224,14 +226,22 @@ class UsageController(Controller):
 
     @get("/gauges")
     async def gauges_partial(
-        self, signed_in: Principal, db: Engine, limiter: RateLimiter, settings: Settings
+        self,
+        signed_in: NamedDependency[Principal],
+        db: NamedDependency[Engine],
+        limiter: NamedDependency[RateLimiter],
+        settings: NamedDependency[Settings],
     ) -> Template:
         found = await gauges(limiter, db, str(signed_in.tenant_id), signed_in.quota, settings.rate_window_s)
         return page("console/_gauges.html.jinja2", area="tenant", gauges=found, base="/console/usage")
 
     @get("/export.csv")
     async def export(
-        self, signed_in: Principal, db: Engine, start: str | None = None, end: str | None = None
+        self,
+        signed_in: NamedDependency[Principal],
+        db: NamedDependency[Engine],
+        start: FromQuery[str | None] = None,
+        end: FromQuery[str | None] = None,
     ) -> Response[str]:
         first, last = date_range(start, end)
         body = await asyncio.to_thread(usage_csv, db, str(signed_in.tenant_id), first, last)

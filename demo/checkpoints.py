@@ -33,7 +33,7 @@ MANIFEST_NAME = "tessera-demo.json"
 # (`label_head.*`); its metadata names the labels and, where the audio tower was trained to speak the world's words,
 # those words (`audio_words`, written beside the label head for grounding.hearing). A pool without one keeps random
 # towers.
-DEMO_WEIGHTS_DIR = Path(__file__).resolve().parent / "demo_weights"
+DEMO_WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
 
 # vLLM's chat formatting hard-codes these marker names for Qwen2.5-Omni.
 MEDIA_TOKENS = {

@@ -13,18 +13,12 @@ both media a table the clip speaks of (or "the speaker", its voice) is not held 
 five cats on the table" against a clip saying "six cats" is unsupported on the number, where a sentence-similarity
 check would pass it as on topic.
 
-The transcript is each of Whisper's five best (one beam search): a fact any of them says was heard. Whisper tiny.en
-hears the world's synthetic voices unevenly ("cuts" for cats, "to clock" for eight o'clock), and its runners-up
-often hold the word its best guess missed. Measured on 100 spoken held-out clips: of the right answers, 20% were
-flagged against the best transcript alone and 7% against the five; answers with one fact changed (another day,
-hour, name, count, thing or colour) were flagged every time either way.
-
-A second listener's reading (the answering checkpoint's own audio tower, grounding.hearing) supports a fact too,
-unless Whisper's best transcript says another value in the same slot (another name, day, number or colour): the
-tower that answered shares its reader's mishearings (it hears "Tuesday" for Wednesday, and so answers), so where
-the two recognisers disagree the one that did not answer wins. On a calibration set of 750 items from a seed of
-its own (20261299), this flagged all 5 wrong answers about the clips (4 when any reading supported a fact) and 3
-of the 370 right ones (1); letting Whisper's best overrule its own runners-up too flagged 5 right ones.
+The transcript is each of Whisper's five best (one beam search): a fact any of them says was heard, since a small
+recogniser's runners-up often hold the word its best guess missed. A second listener's reading (the answering
+checkpoint's own audio tower, grounding.hearing) supports a fact too, unless Whisper's best transcript says another
+value in the same slot (another name, day, number or colour): the tower that answered shares its reader's
+mishearings, so where the two recognisers disagree the one that did not answer wins. docs/grounding.md gives the
+measurements behind both rules.
 """
 
 from __future__ import annotations

@@ -1,25 +1,17 @@
 """What a trained audio tower hears: the words its tokens speak, read without the text model.
 
-`tessera models train-demo` trains a checkpoint's audio tower with CTC over the audio world's words, each token
-read as the word whose text-model embedding lies nearest (demo.training.stage_losses). The tower's own reading is then
-a transcript made by the same tower the answering model listens with, so it can serve the grounding scorer as
-evidence beside Whisper's. Such a checkpoint carries `grounding/audio_words.json` (`{"words": [...]}`: CTC class
-i + 1 is word i, class 0 the blank), written by `build-demo` from the trained weights.
+A checkpoint whose audio tower was trained with CTC over a closed list of words (each token read as the word whose
+text-model embedding lies nearest) carries that list as `grounding/audio_words.json` (`{"words": [...]}`: CTC
+class i + 1 is word i, class 0 the blank). The tower's own reading is then a transcript made by the same tower the
+answering model listens with, so it can serve the grounding scorer as evidence beside Whisper's.
 
 Reading a clip: the checkpoint's feature extractor (as the audio pool computes the engine's input), the tower (its
-`thinker.audio_tower.*` weights, float32), each token's nearest word or blank, repeats merged and
-blanks dropped. Names and weekdays are capitalised and a full stop ends the reading, as a sentence would be written.
+`thinker.audio_tower.*` weights, float32), each token's nearest word or blank, repeats merged and blanks dropped.
+Names and weekdays are capitalised and a full stop ends the reading, as a sentence would be written. The word
+vectors are made here (`spoken_word_vectors`) so that whatever trains such a tower targets the same ones.
 
-Measured on 120 spoken clips drawn apart from every training and golden set (two busy cores), with an earlier
-tower: 0.07 s a clip; 116 read word for word. As evidence beside Whisper tiny.en's five best transcripts, true
-statements of the clips were flagged in 1 clip of the 120 (16 with Whisper alone), and statements with one fact
-changed went unflagged in 2 (2 with Whisper alone). The committed tower, attending within 8 s chunks, reads 236 of
-240 of the world's sentences word for word (two fresh seeds, 30 clips of each sentence per seed; the tower before
-it: 237 within the 2 s chunks it trained under, 175 within 8 s ones, where words past 2 s, which it had never
-heard, came out twice), and every one of 84 clips of one slow voice with pauses says the day right (the tower
-before it: 77, missing days said about 2 s in, which a 2 s chunk cut in two).
-The tower only knows the world's words: on other speech its reading is noise in that vocabulary, which could lend
-a fact support it does not have; a checkpoint without the file gets no reading.
+The tower only knows the words it was trained on: on other speech its reading is noise in that vocabulary, which
+could lend a fact support it does not have; a checkpoint without the file gets no reading.
 """
 
 from __future__ import annotations

@@ -19,20 +19,14 @@ How a score is made (`GroundingScorer.score_media`):
 4. The score is supported claims / claims. With audio, an answer with no claims scores 0.0, and so does any answer
    about a clip that held no speech.
 
-Calibration of `SUPPORT_THRESHOLD` (0.55), measured on a two-sentence spoken transcript about an invoice and a
-train (tests/unit/grounding/test_scorer.py holds these examples): restatements and paraphrases scored 0.60-0.91 ("You
-need to email the bill to finance." 0.74); unrelated claims scored 0.07-0.15; claims that reuse the transcript's
-topic words but assert something it never said scored 0.26-0.48 ("The invoice was paid in cash by the customer
-last year." 0.48). 0.55 sits between the two groups. The score measures topical support, not entailment: a claim
-that contradicts the transcript in the same words can still pass.
+`SUPPORT_THRESHOLD` (0.55) sits between paraphrases of a transcript and claims that only reuse its topic words
+(docs/grounding.md has the calibration). The score measures topical support, not entailment: a claim that
+contradicts the transcript in the same words can still pass.
 
-Cost, measured on 2 busy CPU cores: loading the models takes about 2 s (Whisper 0.6 s, MiniLM 1.5 s; lazily,
-once, on first use or `load()`); transcribing 3 s of speech 0.6 s, and the tower's reading of it 0.07 s; scoring a
-three-sentence answer 0.03 s, and twenty claims against a 60-sentence transcript 1.4 s. Calls block, so the server
-runs them in a worker thread, never on the event loop; concurrent calls are safe. Whisper uses one core
-(CTranslate2's intra_threads=1) and MiniLM one (a dedicated thread whose OpenMP thread count alone is 1:
-torch.set_num_threads would change the whole process, engine included); the tower's short reading runs on torch's
-threads.
+Models load lazily, once (on first use or `load()`). Calls block, so the server runs them in a worker thread,
+never on the event loop; concurrent calls are safe. Whisper uses one core (CTranslate2's intra_threads=1) and
+MiniLM one (a dedicated thread whose OpenMP thread count alone is 1: torch.set_num_threads would change the whole
+process, engine included); the tower's short reading runs on torch's threads.
 """
 
 from __future__ import annotations

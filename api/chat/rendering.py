@@ -23,8 +23,8 @@ from api.chat.protocol import (
     TopLogprob,
     Usage,
 )
-from serving.engines import base as engine
 from serving.completion import Completion
+from serving.engines import base as engine
 from serving.record import TokenUsage
 from serving.tools import OutputDecoder
 

@@ -7,6 +7,8 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from litestar import Controller, get, patch, post, put
+from litestar.di import NamedDependency
+from litestar.params import FromPath, JSONBody
 from pydantic import BaseModel, Field, field_validator
 
 from api.openapi import errors
@@ -56,12 +58,12 @@ class AdminController(Controller):
     path = "/admin"
 
     @get("/tenants", responses=errors(401, 403, 429))
-    async def list_tenants(self, directory: Directory) -> dict[str, Any]:
+    async def list_tenants(self, directory: NamedDependency[Directory]) -> dict[str, Any]:
         rows = await asyncio.to_thread(directory.tenants)
         return {"object": "list", "data": [tenant_summary(t, q) for t, q in rows]}
 
     @post("/tenants", status_code=201, responses=errors(400, 401, 403, 409, 429))
-    async def create_tenant(self, data: TenantIn, directory: Directory) -> dict[str, Any]:
+    async def create_tenant(self, data: JSONBody[TenantIn], directory: NamedDependency[Directory]) -> dict[str, Any]:
         tenant = await asyncio.to_thread(
             directory.create_tenant,
             data.name,
@@ -73,22 +75,28 @@ class AdminController(Controller):
         return tenant_summary(tenant, quota)
 
     @patch("/tenants/{tenant_id:str}", responses=errors(400, 401, 403, 404, 429))
-    async def update_tenant(self, tenant_id: str, data: TenantPatch, directory: Directory) -> dict[str, Any]:
+    async def update_tenant(
+        self, tenant_id: FromPath[str], data: JSONBody[TenantPatch], directory: NamedDependency[Directory]
+    ) -> dict[str, Any]:
         tenant = await asyncio.to_thread(directory.set_status, tenant_id, data.status)
         return tenant_summary(tenant, None)
 
     @put("/tenants/{tenant_id:str}/quota", responses=errors(400, 401, 403, 404, 429))
-    async def set_quota(self, tenant_id: str, data: QuotaIn, directory: Directory) -> dict[str, Any]:
+    async def set_quota(
+        self, tenant_id: FromPath[str], data: JSONBody[QuotaIn], directory: NamedDependency[Directory]
+    ) -> dict[str, Any]:
         quota = await asyncio.to_thread(directory.set_quota, tenant_id, **data.model_dump(exclude_none=True))
         return quota.model_dump()
 
     @get("/tenants/{tenant_id:str}/keys", responses=errors(400, 401, 403, 429))
-    async def list_keys(self, tenant_id: str, directory: Directory) -> dict[str, Any]:
+    async def list_keys(self, tenant_id: FromPath[str], directory: NamedDependency[Directory]) -> dict[str, Any]:
         keys = await asyncio.to_thread(directory.keys, tenant_id)
         return {"object": "list", "data": [key_summary(k) for k in keys]}
 
     @post("/tenants/{tenant_id:str}/keys", status_code=201, responses=errors(400, 401, 403, 404, 429))
-    async def create_key(self, tenant_id: str, data: KeyIn, directory: Directory) -> dict[str, Any]:
+    async def create_key(
+        self, tenant_id: FromPath[str], data: JSONBody[KeyIn], directory: NamedDependency[Directory]
+    ) -> dict[str, Any]:
         issued = await asyncio.to_thread(
             directory.issue_key,
             tenant_id,
@@ -99,5 +107,5 @@ class AdminController(Controller):
         return {"id": issued.key_id, "prefix": issued.prefix, "key": issued.key}
 
     @post("/keys/{key_id:str}/revoke", status_code=200, responses=errors(400, 401, 403, 404, 429))
-    async def revoke_key(self, key_id: str, directory: Directory) -> dict[str, Any]:
+    async def revoke_key(self, key_id: FromPath[str], directory: NamedDependency[Directory]) -> dict[str, Any]:
         return key_summary(await asyncio.to_thread(directory.revoke_key, key_id))

@@ -7,7 +7,8 @@ from dataclasses import asdict
 from typing import Annotated, Any
 
 from litestar import Controller, Request, get, post, put
-from litestar.params import Parameter
+from litestar.di import NamedDependency
+from litestar.params import FromPath, JSONBody, Parameter
 from pydantic import BaseModel, Field
 from sqlalchemy import Engine
 
@@ -36,12 +37,20 @@ class PriceController(Controller):
     path = "/admin/prices"
 
     @get("/", responses=errors(401, 403, 429))
-    async def list_prices(self, prices: PriceBook, pools: PoolRegistry) -> dict[str, Any]:
+    async def list_prices(
+        self, prices: NamedDependency[PriceBook], pools: NamedDependency[PoolRegistry]
+    ) -> dict[str, Any]:
         table = await asyncio.to_thread(prices.all, [p.name for p in pools.pools])
         return {"object": "list", "dimensions": list(DIMENSIONS), "data": table}
 
     @put("/{model:str}/{dimension:str}", responses=errors(400, 401, 403, 429))
-    async def set_price(self, model: str, dimension: Dimension, data: PriceIn, prices: PriceBook) -> dict[str, Any]:
+    async def set_price(
+        self,
+        model: FromPath[str],
+        dimension: Dimension,
+        data: JSONBody[PriceIn],
+        prices: NamedDependency[PriceBook],
+    ) -> dict[str, Any]:
         await asyncio.to_thread(prices.set, model, dimension, data.micros_per_million)
         return {"model": model, "dimension": dimension, "micros_per_million": data.micros_per_million}
 
@@ -50,7 +59,9 @@ class BillingAdminController(Controller):
     path = "/admin/billing"
 
     @get("/dead-letters", responses=errors(400, 401, 403, 429))
-    async def dead_letters(self, db: Engine, limit: Annotated[int, Parameter(ge=1, le=1000)] = 100) -> dict[str, Any]:
+    async def dead_letters(
+        self, db: NamedDependency[Engine], limit: Annotated[int, Parameter(ge=1, le=1000)] = 100
+    ) -> dict[str, Any]:
         """Meter events Stripe will never accept, newest first, with why; and the outbox's rows per status."""
         letters, counts = await asyncio.gather(
             asyncio.to_thread(outbox.dead_letters, db, limit), asyncio.to_thread(outbox.counts, db)
@@ -59,7 +70,9 @@ class BillingAdminController(Controller):
 
 
 @post("/v1/billing/webhooks/stripe", status_code=200, responses=errors(400), security=[])
-async def stripe_webhook(request: Request[Any, Any, Any], db: Engine, settings: Settings) -> dict[str, Any]:
+async def stripe_webhook(
+    request: Request[Any, Any, Any], db: NamedDependency[Engine], settings: NamedDependency[Settings]
+) -> dict[str, Any]:
     if not settings.stripe_webhook_secret:
         raise InvalidRequest("Stripe webhooks are not configured", code="webhooks_disabled")
     payload = await request.body()

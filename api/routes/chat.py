@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from litestar import Response, post
+from litestar.di import NamedDependency
+from litestar.params import JSONBody
 from litestar.response import Stream
 
 from api.chat.parsing import parse_chat_request
@@ -36,12 +38,12 @@ class ChatBody(ParsedBody[ChatCompletionRequest]):
     },
 )
 async def create_chat_completion(
-    data: ChatCompletionRequest,
-    principal: Principal,
-    service: InferenceService,
-    quotas: QuotaGate,
-    settings: Settings,
-    grounding: GroundingService | None,
+    data: JSONBody[ChatCompletionRequest],
+    principal: NamedDependency[Principal],
+    service: NamedDependency[InferenceService],
+    quotas: NamedDependency[QuotaGate],
+    settings: NamedDependency[Settings],
+    grounding: NamedDependency[GroundingService | None],
 ) -> Response[Any] | Stream:
     return await answer_chat(
         data, principal, service, quotas, default_max_tokens=settings.default_max_tokens, grounding=grounding

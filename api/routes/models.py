@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from litestar import get
+from litestar.di import NamedDependency
+from litestar.params import FromPath
 
 from api.openapi import errors
 from api.protocol import ModelCard, ModelList
@@ -22,12 +24,14 @@ def _card(pool: ModelPool) -> ModelCard:
 
 
 @get("/v1/models", responses=errors(401, 429))
-async def list_models(pools: PoolRegistry, principal: Principal) -> ModelList:
+async def list_models(pools: NamedDependency[PoolRegistry], principal: NamedDependency[Principal]) -> ModelList:
     return ModelList(data=[_card(p) for p in pools.pools])
 
 
 @get("/v1/models/{model_id:str}", responses=errors(400, 401, 404, 429))
-async def retrieve_model(model_id: str, pools: PoolRegistry, principal: Principal) -> ModelCard:
+async def retrieve_model(
+    model_id: FromPath[str], pools: NamedDependency[PoolRegistry], principal: NamedDependency[Principal]
+) -> ModelCard:
     pool = pools.get(model_id)
     if pool is None:
         raise NotFound(f"the model '{model_id}' does not exist", code="model_not_found", param="model")

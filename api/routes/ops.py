@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from litestar import Response, get
+from litestar.di import NamedDependency
 from litestar.openapi import ResponseSpec
 
 from serving.errors import EngineUnavailable
@@ -18,7 +19,7 @@ _UNHEALTHY = ResponseSpec(
 
 
 @get("/health", responses={503: _UNHEALTHY})
-async def health(pools: PoolRegistry) -> Response[dict[str, Any]]:
+async def health(pools: NamedDependency[PoolRegistry]) -> Response[dict[str, Any]]:
     engines: dict[str, Any] = {}
     for pool in pools.pools:
         alive = pool.engine.is_healthy()
@@ -44,5 +45,5 @@ async def health(pools: PoolRegistry) -> Response[dict[str, Any]]:
 
 
 @get("/metrics", sync_to_thread=False, media_type=PROMETHEUS_TEXT)
-def metrics(server_metrics: ServerMetrics) -> Response[bytes]:
+def metrics(server_metrics: NamedDependency[ServerMetrics]) -> Response[bytes]:
     return Response(server_metrics.render(), media_type=PROMETHEUS_TEXT)

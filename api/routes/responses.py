@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from litestar import Response, post
+from litestar.di import NamedDependency
+from litestar.params import JSONBody
 from litestar.response import Stream
 
 from api.openapi import PRECHECK, ParsedBody, StreamingOperation, answer, errors
@@ -35,10 +37,10 @@ class ResponsesBody(ParsedBody[ResponsesRequest]):
     },
 )
 async def create_response(
-    data: ResponsesRequest,
-    principal: Principal,
-    service: InferenceService,
-    quotas: QuotaGate,
-    settings: Settings,
+    data: JSONBody[ResponsesRequest],
+    principal: NamedDependency[Principal],
+    service: NamedDependency[InferenceService],
+    quotas: NamedDependency[QuotaGate],
+    settings: NamedDependency[Settings],
 ) -> Response[Any] | Stream:
     return await respond(data, principal, service, quotas, default_max_tokens=settings.default_max_tokens)

@@ -7,6 +7,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from litestar import get
+from litestar.di import NamedDependency
+from litestar.params import FromPath, FromQuery
 from sqlalchemy import Engine
 
 from api.openapi import errors
@@ -27,7 +29,9 @@ def _when(value: str | None, default: datetime, param: str) -> datetime:
 
 
 @get("/v1/usage/{request_id:str}", responses=errors(400, 401, 404, 429))
-async def usage_receipt(request_id: str, principal: Principal, db: Engine) -> dict[str, Any]:
+async def usage_receipt(
+    request_id: FromPath[str], principal: NamedDependency[Principal], db: NamedDependency[Engine]
+) -> dict[str, Any]:
     found = await asyncio.to_thread(receipt, db, principal.tenant_id, request_id)
     if found is None:
         raise NotFound(f"no usage record '{request_id}' for this tenant", param="request_id")
@@ -36,7 +40,11 @@ async def usage_receipt(request_id: str, principal: Principal, db: Engine) -> di
 
 @get("/v1/usage", responses=errors(400, 401, 429))
 async def usage_summary(
-    principal: Principal, db: Engine, start: str | None = None, end: str | None = None, group_by: str = "modality"
+    principal: NamedDependency[Principal],
+    db: NamedDependency[Engine],
+    start: FromQuery[str | None] = None,
+    end: FromQuery[str | None] = None,
+    group_by: FromQuery[str] = "modality",
 ) -> dict[str, Any]:
     if group_by not in GROUPS:
         raise InvalidRequest(f"group_by must be one of {', '.join(GROUPS)}", param="group_by")

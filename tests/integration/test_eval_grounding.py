@@ -6,6 +6,7 @@ import argparse
 import json
 
 from demo.golden import GOLDEN_DIR, read_items
+from demo.suite import golden_suite
 from grounding.eval import add_eval_parser, run_eval
 from tests.conftest import API_KEY
 
@@ -21,7 +22,9 @@ def test_smoke_eval_runs_every_item_and_writes_well_formed_reports(server, tmp_p
     target = ["--model", "small", "--base-url", server.v1, "--api-key", API_KEY]
     args = parser.parse_args(["eval", "grounding", "--smoke", *target, "--json", str(out), "--report", str(page)])
     lines: list[str] = []
-    run_eval(args, _no_launch, lines.append)  # raises SystemExit on a failed request or a malformed metric
+    run_eval(
+        args, _no_launch, golden_suite(), lines.append
+    )  # raises SystemExit on a failed request or a malformed metric
 
     items = read_items(GOLDEN_DIR / "smoke.jsonl")
     run = json.loads(out.read_text())["models"]["small"]

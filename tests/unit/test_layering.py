@@ -1,24 +1,44 @@
-"""The package dependency direction of DESIGN.md: api, console -> serving, tenancy, billing, grounding -> db.
+"""The package dependency direction of DESIGN.md, and the product apart from the demo factory.
 
-Serving defines the caller policy and the completion record; tenancy and grounding implement and subscribe to
+`tessera -> api, console, bench -> serving, tenancy, billing, grounding, jobs -> db, config`. Serving defines the
+caller policy, the completion record and the engine interface; tenancy and grounding implement and subscribe to
 them, so they may import serving, never the reverse. The HTTP surface reaches data only through the domain
-packages, and nothing but the command line imports the benchmark harness."""
+packages. Console may use api's shared pieces (the chat path, auth, the error mapper); api never imports console.
+No product package imports `demo/`: what the runtime needs from a demo checkpoint travels as files beside it. Only
+the composition root's command line and the benchmarks (which build demo checkpoints to measure on) may."""
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-FORBIDDEN = {
-    "api": {"db", "bench"},
-    "console": {"db", "bench"},
-    "db": {"api", "console", "serving", "tenancy", "billing", "grounding", "bench"},
-    "serving": {"api", "console", "tenancy", "billing", "grounding", "bench"},
-    "tenancy": {"api", "console", "grounding", "bench"},
-    "billing": {"api", "console", "serving", "tenancy", "grounding", "bench"},
-    "grounding": {"api", "console", "tenancy", "billing", "bench"},
+PRODUCT = ("tessera", "config", "api", "console", "serving", "tenancy", "billing", "grounding", "jobs", "db")
+# Each package's level: a package imports only packages on a lower level (or its own), never one above or beside
+# it, unless ALLOWED_SIDEWAYS says so.
+LEVEL = {
+    "tessera": 4,
+    "api": 3,
+    "console": 3,
+    "bench": 3,
+    "serving": 2,
+    "tenancy": 2,
+    "billing": 2,
+    "grounding": 2,
+    "jobs": 2,
+    "db": 1,
+    "config": 0,
 }
+ALLOWED_SIDEWAYS = {
+    "console": {"api"},  # the playground runs the chat path; sign-in uses api's authenticator and error mapper
+    "tenancy": {"serving", "billing"},  # implements serving's caller policy; prices its usage with billing's book
+    "grounding": {"serving"},  # subscribes to serving's completion records; reads what the towers detected
+    "jobs": {"serving", "tenancy", "billing", "grounding"},  # runs work through the same lease as a request
+}
+# The demo factory may be imported only by the command line's wiring and by the benchmarks.
+DEMO_IMPORTERS = {"tessera/cli.py", "bench"}
 
 
 def _imports(path: Path) -> set[str]:
@@ -32,18 +52,51 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
-# The `tessera` command line dispatches `tessera bench` to the harness; nothing else in api/ may reach it.
-ALLOWED = {"tessera/cli.py": {"bench"}}
+def _upward(package: str, imported: str) -> bool:
+    if imported == package or imported not in LEVEL:
+        return False
+    return LEVEL[imported] >= LEVEL[package] and imported not in ALLOWED_SIDEWAYS.get(package, set())
 
 
-@pytest.mark.parametrize("package", sorted(FORBIDDEN))
+@pytest.mark.parametrize("package", sorted(LEVEL))
 def test_no_imports_against_the_direction(package):
     root = REPO / package
     if not root.is_dir():
         pytest.skip(f"{package}/ does not exist yet")
     offenders = {
-        str(rel): sorted(_imports(path) & FORBIDDEN[package] - ALLOWED.get(str(rel), set()))
+        str(path.relative_to(REPO)): sorted(m for m in _imports(path) if _upward(package, m))
         for path in root.rglob("*.py")
-        if (rel := path.relative_to(REPO))
     }
     assert {k: v for k, v in offenders.items() if v} == {}
+
+
+@pytest.mark.parametrize("package", [*PRODUCT, "bench"])
+def test_only_the_command_line_and_the_benches_import_the_demo_factory(package):
+    root = REPO / package
+    if not root.is_dir():
+        pytest.skip(f"{package}/ does not exist yet")
+    offenders = [
+        str(rel)
+        for path in root.rglob("*.py")
+        if "demo" in _imports(path) and not {str(rel := path.relative_to(REPO)), rel.parts[0]} & DEMO_IMPORTERS
+    ]
+    assert offenders == []
+
+
+def test_the_rule_itself_can_fail():
+    assert _upward("api", "console")
+    assert _upward("serving", "tenancy")
+    assert _upward("config", "db")
+    assert not _upward("db", "config")
+    assert not _upward("console", "api")
+    assert not _upward("tessera", "api")
+
+
+def test_importing_the_app_loads_no_demo_module():
+    """The server's own modules, as `tessera serve` builds the app, import nothing of the demo factory."""
+    probe = (
+        "import sys, tessera.app, tessera.state, grounding.service, grounding.eval, serving.service\n"
+        "print(sorted(m for m in sys.modules if m == 'demo' or m.startswith('demo.')))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

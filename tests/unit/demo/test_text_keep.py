@@ -7,8 +7,8 @@ import json
 import pytest
 
 from demo.checkpoints import build_demo_checkpoints
-from demo.training.thinker import load_thinker, prompt_text
 from demo.training import text_keep
+from demo.training.thinker import load_thinker, prompt_text
 from tests.conftest import MODELS_DIR
 
 

@@ -16,6 +16,7 @@ import soundfile as sf
 from PIL import Image
 
 from demo.golden import GOLDEN_DIR, read_items
+from demo.suite import golden_suite
 from grounding import eval as grounding_eval
 from grounding.eval import (
     add_eval_parser,
@@ -27,6 +28,8 @@ from grounding.eval import (
 )
 from grounding.eval_metrics import EvalFailure, ItemResult, check_well_formed, gate, metrics, summarise
 from grounding.report import render_html
+
+SUITE = golden_suite()
 
 
 def result(kind="count", mix="image", correct=True, objects=(), hallucinated=(), yes_no=None, expected=None,
@@ -117,7 +120,7 @@ def test_guardrail_details_are_read_where_given():
 
 def test_request_carries_media_in_order_then_the_question():
     item = next(i for i in read_items(GOLDEN_DIR / "smoke.jsonl") if i.mix == "image+audio")
-    parts = request_messages(item)[0]["content"]
+    parts = request_messages(item, SUITE)[0]["content"]
     kinds = [p["type"] for p in parts]
     assert kinds[:2] == [{"image": "image_url", "audio": "input_audio"}[m] for m in item.media_order]
     assert parts[-1] == {"type": "text", "text": item.question}
@@ -174,10 +177,10 @@ def _args(*argv: str) -> argparse.Namespace:
 def test_run_items_stops_at_the_deadline():
     items = read_items(GOLDEN_DIR / "smoke.jsonl")[:3]
     client = StubClient({i.question: i.answer for i in items})
-    done = run_items(client, "m", items, max_tokens=8, deadline=time.monotonic() - 1, progress=lambda _: None)
+    done = run_items(client, SUITE, "m", items, max_tokens=8, deadline=time.monotonic() - 1, progress=lambda _: None)
     assert done == []
     assert client.calls == []
-    done = run_items(client, "m", items, max_tokens=8, deadline=time.monotonic() + 60, progress=lambda _: None)
+    done = run_items(client, SUITE, "m", items, max_tokens=8, deadline=time.monotonic() + 60, progress=lambda _: None)
     assert [r.correct for r in done] == [True, True, True]
     assert client.calls[0]["temperature"] == 0
     assert client.calls[0]["max_tokens"] == 8
@@ -199,7 +202,7 @@ def test_smoke_run_writes_json_and_html_and_checks_form(tmp_path, monkeypatch):
     launched: list[list[str]] = []
     lines: list[str] = []
     out, page = tmp_path / "r.json", tmp_path / "r.html"
-    run_eval(_args("--smoke", "--json", str(out), "--report", str(page)), _launcher(launched), lines.append)
+    run_eval(_args("--smoke", "--json", str(out), "--report", str(page)), _launcher(launched), SUITE, lines.append)
     assert launched == [["small"]]
     report = json.loads(out.read_text())
     overall = report["models"]["small"]["summary"]["overall"]
@@ -221,16 +224,18 @@ def test_a_run_below_the_gate_exits_non_zero_and_one_above_passes(tmp_path, monk
     items = read_items(GOLDEN_DIR / "smoke.jsonl")
     right = {i.question: i.answer for i in items}
     monkeypatch.setattr(grounding_eval, "_client", lambda base, key: StubClient(right))
-    run_eval(_args("--base-url", "http://stub/v1", "--set", str(GOLDEN_DIR / "smoke.jsonl")), _launcher([]), print)
+    run_eval(
+        _args("--base-url", "http://stub/v1", "--set", str(GOLDEN_DIR / "smoke.jsonl")), _launcher([]), SUITE, print
+    )
     monkeypatch.setattr(grounding_eval, "_client", lambda base, key: StubClient({}))
     with pytest.raises(SystemExit, match="below the gate"):
-        run_eval(_args("--base-url", "http://stub/v1", "--limit", "3"), _launcher([]), lambda _: None)
+        run_eval(_args("--base-url", "http://stub/v1", "--limit", "3"), _launcher([]), SUITE, lambda _: None)
 
 
 def test_smoke_fails_when_a_request_fails(monkeypatch):
     monkeypatch.setattr(grounding_eval, "_client", lambda base, key: StubClient({}, fail=True))
     with pytest.raises(SystemExit, match="requests failed"):
-        run_eval(_args("--smoke", "--limit", "2", "--base-url", "http://stub/v1"), _launcher([]), lambda _: None)
+        run_eval(_args("--smoke", "--limit", "2", "--base-url", "http://stub/v1"), _launcher([]), SUITE, lambda _: None)
 
 
 def test_html_shows_null_metrics_as_dashes():
@@ -251,7 +256,7 @@ def test_items_in_flight_together_come_back_in_order():
     client = StubClient({i.question: i.answer for i in items})
     lines: list[str] = []
     done = run_items(
-        client, "m", items, max_tokens=8, deadline=time.monotonic() + 60, progress=lines.append, concurrency=4
+        client, SUITE, "m", items, max_tokens=8, deadline=time.monotonic() + 60, progress=lines.append, concurrency=4
     )
     assert [r.id for r in done] == [i.id for i in items]
     assert all(r.correct for r in done)

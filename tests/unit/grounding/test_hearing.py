@@ -11,7 +11,9 @@ from demo.speech import Clip, render_clip
 from demo.training.stage_losses import ctc_vocabulary
 from grounding.audio_evidence import audio_claim_verdicts
 from grounding.hearing import AUDIO_WORDS_FILE, AudioWordReader, read_words, sentence
+from grounding.models import TRANSCRIPT_HINT_FILE, checkpoint_hint
 from grounding.scorer import GroundingScorer
+from serving.encoders.detection import BIG_SHAPE_CELLS_KEY, LABEL_HEAD_FILE, LabelHead
 from tests.conftest import MODELS_DIR
 
 
@@ -78,3 +80,28 @@ def test_the_scorer_checks_spoken_facts_against_the_towers_reading_too(large_rea
         assert {text for text, ok, _ in wrong if not ok} == {"the number 9", "a cup"}
     finally:
         with_tower.close()
+
+
+def test_the_transcript_hint_comes_from_the_first_checkpoint_that_carries_one(tmp_path):
+    bare, hinted = tmp_path / "bare", tmp_path / "hinted"
+    (hinted / TRANSCRIPT_HINT_FILE).parent.mkdir(parents=True)
+    (hinted / TRANSCRIPT_HINT_FILE).write_text("Olivia, Emma.\n  Thursday.\n")
+    bare.mkdir()
+    assert checkpoint_hint([bare, hinted]) == "Olivia, Emma. Thursday."
+    assert checkpoint_hint([bare]) == ""
+
+
+def test_the_demo_checkpoint_carries_what_grounding_reads_beside_it(large_reader):
+    from safetensors import safe_open
+
+    from demo.speech import NAMES, WEEKDAYS
+    from demo.world import WORLD_SHAPE_CELLS
+
+    checkpoint = large_reader.checkpoint
+    hint = checkpoint_hint([checkpoint])
+    assert all(word in hint for word in (*NAMES, *WEEKDAYS))
+    with safe_open(str(checkpoint / LABEL_HEAD_FILE), framework="pt") as f:
+        assert (f.metadata() or {})[BIG_SHAPE_CELLS_KEY] == str(WORLD_SHAPE_CELLS)
+    head = LabelHead.load(checkpoint)
+    assert head is not None
+    assert head.big_shape_cells == WORLD_SHAPE_CELLS

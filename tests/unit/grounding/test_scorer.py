@@ -214,20 +214,19 @@ def test_an_image_answer_that_asserts_nothing_scores_by_what_was_asked(scorer):
 
 def test_a_hint_of_the_expected_names_makes_whisper_spell_them():
     # The first "please call <name>" clips of the held-out set: without a hint Whisper hears some names as common
-    # words ("Please go marry."); with the server's default hint, which names them, it spells them.
-    from config.settings import demo_transcript_hint
+    # words ("Please go marry."); with the hint the demo checkpoints carry, which names them, it spells them.
     from demo.golden import golden_set
-    from demo.speech import render_clip
+    from demo.speech import render_clip, transcript_hint
 
     clips = [item.clip for item in golden_set("heldout") if item.clip is not None and item.clip.kind == "call"][:16]
     heard = {}
-    for hint in ("", demo_transcript_hint()):
+    for hint in ("", transcript_hint()):
         scorer = GroundingScorer(transcript_hint=hint)
         said = [scorer.transcribe(np.asarray(render_clip(c), dtype=np.float32)) for c in clips]
         heard[hint] = sum(c.slots["name"] in s for c, s in zip(clips, said, strict=True))
         scorer.close()
-    assert heard[demo_transcript_hint()] >= 15
-    assert heard[demo_transcript_hint()] > heard[""]
+    assert heard[transcript_hint()] >= 15
+    assert heard[transcript_hint()] > heard[""]
 
 
 def test_a_spoken_fact_any_of_the_best_transcripts_says_is_heard(scorer, two_sentence_clip):

@@ -22,7 +22,7 @@ def _parse(body):
 
 
 def test_unknown_fields_are_accepted_and_logged(caplog):
-    caplog.set_level(logging.INFO, logger="api.parsing")
+    caplog.set_level(logging.INFO, logger="api.chat.parsing")
     req = _parse(
         {
             "model": "small",

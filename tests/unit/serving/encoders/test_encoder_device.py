@@ -174,7 +174,7 @@ def test_build_pool_places_and_warms_the_encoders(checkpoint):
 
 
 def test_start_pools_refuses_float16_on_cpu_before_building_anything(monkeypatch):
-    def must_not_run(_settings):
+    def must_not_run(_settings, _checkpoints):
         raise AssertionError("checkpoints were built before the placement was checked")
 
     monkeypatch.setattr(tessera.state, "_model_paths", must_not_run)
@@ -182,7 +182,7 @@ def test_start_pools_refuses_float16_on_cpu_before_building_anything(monkeypatch
 
     async def start():
         async with AsyncExitStack() as stack:
-            await tessera.state._start_pools(settings, stack)
+            await tessera.state._start_pools(settings, stack, None)
 
     with pytest.raises(ValueError, match="encoder_dtype float16 needs a GPU"):
         asyncio.run(start())
