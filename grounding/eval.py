@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from grounding.eval_metrics import GATE, EvalFailure, ItemResult, check_well_formed, gate, summarise
 from grounding.report import cell, render_html
@@ -43,39 +43,55 @@ Launcher = Callable[..., AbstractContextManager[Server]]  # (models, progress, g
 class EvalItem(Protocol):
     """A golden item: a question about media, its reference answer and the facts an answer is judged by."""
 
-    id: str
-    mix: str  # "image", "audio" or "image+audio"
-    target: str  # the medium the question is about
-    kind: str  # grounding.questions' kind
-    question: str
-    answer: str
-    facts: dict[str, Any]
-    media_order: tuple[str, ...] | list[str]
+    @property
+    def id(self) -> str: ...
+    @property
+    def mix(self) -> str: ...  # "image", "audio" or "image+audio"
+    @property
+    def target(self) -> str: ...  # the medium the question is about
+    @property
+    def kind(self) -> str: ...  # grounding.questions' kind
+    @property
+    def question(self) -> str: ...
+    @property
+    def answer(self) -> str: ...
+    @property
+    def facts(self) -> dict[str, Any]: ...
+    @property
+    def media_order(self) -> Sequence[str]: ...
 
 
 class Judgement(Protocol):
-    correct: bool
-    problems: tuple[str, ...]
-    objects: frozenset[str]  # objects the answer asserts
-    hallucinated: frozenset[str]  # of those, the ones not in the asked medium
-    yes_no: str | None
+    @property
+    def correct(self) -> bool: ...
+    @property
+    def problems(self) -> tuple[str, ...]: ...
+    @property
+    def objects(self) -> frozenset[str]: ...  # objects the answer asserts
+    @property
+    def hallucinated(self) -> frozenset[str]: ...  # of those, the ones not in the asked medium
+    @property
+    def yes_no(self) -> str | None: ...
+
+
+Item = TypeVar("Item", bound=EvalItem)
 
 
 @dataclass(frozen=True)
-class EvalSuite:
+class EvalSuite(Generic[Item]):
     """What the eval runs on: where its sets are, how to read one, an item's media as bytes, and the judge."""
 
     sets: Path  # the folder of `heldout.jsonl` and `smoke.jsonl`
-    read: Callable[[Path], Sequence[EvalItem]]
-    image_png: Callable[[EvalItem], bytes | None]  # None: the item has no image to send (an empty URL goes)
-    audio_wav: Callable[[EvalItem], bytes]
-    judge: Callable[[EvalItem, str], Judgement]
+    read: Callable[[Path], Sequence[Item]]
+    image_png: Callable[[Item], bytes | None]  # None: the item has no image to send (an empty URL goes)
+    audio_wav: Callable[[Item], bytes]
+    judge: Callable[[Item, str], Judgement]
 
     def default_set(self, smoke: bool) -> Path:
         return self.sets / ("smoke.jsonl" if smoke else "heldout.jsonl")
 
 
-def request_messages(item: EvalItem, suite: EvalSuite) -> list[dict[str, Any]]:
+def request_messages(item: EvalItem, suite: EvalSuite[Any]) -> list[dict[str, Any]]:
     """One user message: the media in the item's order, then the question."""
     parts: list[dict[str, Any]] = []
     for medium in item.media_order:
@@ -121,7 +137,7 @@ def guardrail_details(completion: dict[str, Any]) -> tuple[list[str] | None, flo
 
 
 def _result(
-    suite: EvalSuite,
+    suite: EvalSuite[Any],
     item: EvalItem,
     model: str,
     answer: str,
@@ -155,7 +171,7 @@ def _result(
     )
 
 
-def ask(client: Any, suite: EvalSuite, model: str, item: EvalItem, max_tokens: int) -> ItemResult:
+def ask(client: Any, suite: EvalSuite[Any], model: str, item: EvalItem, max_tokens: int) -> ItemResult:
     """One item through the server; a refused or failed request is recorded as a wrong answer with its error."""
     import openai
 
@@ -175,7 +191,7 @@ def ask(client: Any, suite: EvalSuite, model: str, item: EvalItem, max_tokens: i
 
 def run_items(
     client: Any,
-    suite: EvalSuite,
+    suite: EvalSuite[Any],
     model: str,
     items: Sequence[EvalItem],
     *,
@@ -213,7 +229,7 @@ def _client(base_url: str, api_key: str) -> Any:
 
 
 def evaluate(
-    suite: EvalSuite,
+    suite: EvalSuite[Any],
     items: Sequence[EvalItem],
     models: list[str],
     base_url: str,
@@ -309,7 +325,9 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _run_grounding(args: argparse.Namespace, launch: Launcher, suite: EvalSuite, progress: Progress) -> dict[str, Any]:
+def _run_grounding(
+    args: argparse.Namespace, launch: Launcher, suite: EvalSuite[Any], progress: Progress
+) -> dict[str, Any]:
     path = args.set or suite.default_set(args.smoke)
     items = suite.read(path)[: args.limit] if args.limit else suite.read(path)
     if not items:
@@ -330,7 +348,7 @@ def _run_grounding(args: argparse.Namespace, launch: Launcher, suite: EvalSuite,
     return report
 
 
-def run_eval(args: argparse.Namespace, launch: Launcher, suite: EvalSuite, progress: Progress = _stderr) -> None:
+def run_eval(args: argparse.Namespace, launch: Launcher, suite: EvalSuite[Any], progress: Progress = _stderr) -> None:
     """Runs `tessera eval grounding`; exits non-zero below the gate (or, with --smoke, on any malformed step)."""
     try:
         report = _run_grounding(args, launch, suite, progress)
