@@ -19,7 +19,6 @@ from api.errors import error_response
 from config.settings import Settings
 from console.auth import TENANT_SESSION, sign_in, sign_out
 from console.pages import page
-from grounding.service import GroundingService
 from serving.errors import InvalidRequest
 from serving.pools import PoolRegistry
 from serving.service import InferenceService
@@ -90,7 +89,6 @@ class ConsoleController(Controller):
         service: NamedDependency[InferenceService],
         quotas: NamedDependency[QuotaGate],
         settings: NamedDependency[Settings],
-        grounding: NamedDependency[GroundingService | None],
         data: Annotated[dict[str, Any], Body(media_type=RequestEncodingType.MULTI_PART)],
     ) -> Any:
         """The form becomes an OpenAI request and goes through the same parsing, caller policy and serving as
@@ -98,7 +96,7 @@ class ConsoleController(Controller):
         try:
             body = json.dumps(await _chat_body(data)).encode()
             return await chat_completion(
-                body, signed_in, service, quotas, default_max_tokens=settings.default_max_tokens, grounding=grounding
+                body, signed_in, service, quotas, default_max_tokens=settings.default_max_tokens
             )
         except Exception as exc:
             return error_response(exc)

@@ -28,12 +28,15 @@ from sqlalchemy import Engine
 
 from db.usage import set_grounding_score
 from grounding.audio_evidence import Heard, sound_label
-from grounding.guardrail import Verdict, scores, waits_for_verdict
+from grounding.guardrail import Verdict, decide, scores, waits_for_verdict
 from grounding.hearing import AudioWordReader
 from grounding.models import checkpoint_hint
 from grounding.questions import question_kind
 from grounding.scorer import GroundingScorer
 from serving.background import BackgroundTasks
+from serving.completion import Completion
+from serving.gate import Action, GateVerdict
+from serving.policy import CallerIdentity
 from serving.record import CompletionRecord
 
 logger = logging.getLogger(__name__)
@@ -108,6 +111,20 @@ class GroundingService:
             return
         self._pending += 1
         self._tasks.spawn(self._score(record))
+
+    # -- the grounding gate (serving.gate) ----------------------------------------------------------------------
+
+    def waits(self, caller: CallerIdentity, completion: Completion) -> bool:
+        """Whether the answer waits for its verdict: the caller's policy is `flag` or `block` and the request
+        carried media. When it does, the clip's transcript starts now, while the answer is generated."""
+        if not waits_for_verdict(caller.grounding_policy) or not completion.submission.modalities - {"text"}:
+            return False
+        self.prepare(completion.request_id, completion.submission.audio)
+        return True
+
+    def action(self, caller: CallerIdentity, verdict: GateVerdict | None, *, streamed: bool, attempt: int) -> Action:
+        assert verdict is None or isinstance(verdict, Verdict)
+        return decide(caller.grounding_policy, verdict, streamed=streamed, attempt=attempt)
 
     def prepare(self, request_id: str, audio: tuple[np.ndarray, ...]) -> None:
         """Start transcribing a request's clip while its answer is generated, for a response that will wait for

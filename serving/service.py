@@ -13,7 +13,7 @@ import hashlib
 import logging
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from typing import Any
@@ -25,6 +25,7 @@ from serving.encoders.detection import ImageFindings
 from serving.encoders.encoding import EncodedMedia, MediaEncoder, affinity_key, detects, engine_media, image_findings
 from serving.engines.base import EngineRequest, GenerationParams
 from serving.errors import InvalidRequest
+from serving.gate import Body, GatedAnswer, GroundingGate, VerdictSource, gated_answer, stream_verdict
 from serving.ingest import MessageLike, MessagePlan, ProbedMedia
 from serving.metrics import ServerMetrics
 from serving.pipeline import Pipeline, RenderedPrompt, require_healthy
@@ -62,12 +63,14 @@ class InferenceService:
         metrics: ServerMetrics,
         bus: CompletionBus,
         tasks: BackgroundTasks,
+        gate: GroundingGate | None = None,
     ) -> None:
         self.pipeline = pipeline
         self._encoder = encoder
         self._metrics = metrics
         self._bus = bus
         self._tasks = tasks
+        self.gate = gate  # checks answers against their media where a caller's guardrail waits for a verdict
 
     async def _findings(
         self, pool: ModelPool, encoded: EncodedMedia, caller: CallerPolicy
@@ -93,6 +96,17 @@ class InferenceService:
         if not able:
             raise InvalidRequest(f"no model accepts {', '.join(sorted(modalities))} input together", param="model")
         return max(able, key=lambda p: p.strength).name
+
+    async def answer(
+        self, request: GenerationRequest, caller: CallerPolicy, render: Callable[[Completion], Awaitable[Body]]
+    ) -> GatedAnswer[Body]:
+        """A whole (not streamed) answer rendered by `render`, through the caller's grounding guardrail
+        (serving.gate): every endpoint's whole answers come this way."""
+        return await gated_answer(self, self.gate, request, caller, render)
+
+    def stream_verdict(self, caller: CallerPolicy, completion: Completion) -> VerdictSource | None:
+        """What a streamed answer's end awaits under the caller's guardrail, or None when it waits for nothing."""
+        return stream_verdict(self.gate, caller, completion)
 
     async def start(self, request: GenerationRequest, caller: CallerPolicy) -> Completion:
         """Admit the request and submit it to an engine; refusals raise before anything is held."""

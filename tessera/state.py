@@ -209,7 +209,7 @@ async def build_state(settings: Settings, checkpoints: CheckpointResolver | None
         yield AppState(
             settings=settings,
             pools=pools,
-            service=InferenceService(pipeline, MediaEncoder(ingest, cache), metrics, bus, tasks),
+            service=InferenceService(pipeline, MediaEncoder(ingest, cache), metrics, bus, tasks, gate=grounding),
             quotas=QuotaGate(limiter, db, prices=prices),
             metrics=metrics,
             db=db,

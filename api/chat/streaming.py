@@ -9,7 +9,7 @@ record; when it cannot be recorded, the stream ends with a `metering_unavailable
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 from litestar.response import Stream
@@ -28,12 +28,10 @@ from api.sse import SSE_HEADERS, EventStream, lease_events, sse
 from serving.completion import Completion
 from serving.engines.base import EngineDelta
 from serving.errors import Unavailable
+from serving.gate import VerdictSource
 from serving.tools import DecodedDelta, OutputDecoder
 
 logger = logging.getLogger(__name__)
-
-
-VerdictSource = Callable[[], Awaitable[dict[str, Any] | None]]
 
 
 async def stream(req: ChatCompletionRequest, completion: Completion, verdict: VerdictSource | None = None) -> Stream:

@@ -146,11 +146,16 @@ class OutputText(BaseModel):
     text: str
 
 
+class OutputRefusal(BaseModel):
+    type: Literal["refusal"] = "refusal"
+    refusal: str
+
+
 class OutputMessage(BaseModel):
     id: str
     type: Literal["message"] = "message"
     status: ItemStatus
-    content: list[OutputText]
+    content: list[OutputText | OutputRefusal]
     role: Literal["assistant"] = "assistant"
 
 

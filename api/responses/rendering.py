@@ -26,6 +26,7 @@ from api.responses.protocol import (
     ItemStatus,
     OutputItem,
     OutputMessage,
+    OutputRefusal,
     OutputText,
     ResponseObject,
     ResponsesRequest,
@@ -35,6 +36,7 @@ from api.sse import SSE_HEADERS, EventStream, lease_events
 from serving.completion import Completion
 from serving.engines.base import EngineDelta
 from serving.errors import Unavailable
+from serving.gate import VerdictSource
 from serving.record import TokenUsage
 from serving.tools import DecodedDelta, OutputDecoder, ToolCallDelta
 
@@ -123,6 +125,11 @@ def _dump(model: Any) -> dict[str, Any]:
 
 
 async def complete(req: ResponsesRequest, completion: Completion) -> Response[dict[str, Any]]:
+    return Response(await complete_body(req, completion), headers=headers(completion))
+
+
+async def complete_body(req: ResponsesRequest, completion: Completion) -> dict[str, Any]:
+    """The whole answer as a `response` object, once its usage is on record."""
     decoder = completion.decoder()
     async with completion:
         async for delta in completion:
@@ -140,25 +147,34 @@ async def complete(req: ResponsesRequest, completion: Completion) -> Response[di
         for c in decoder.calls
     )
     output[-1].status = status
-    body = finished(skeleton(req, completion), completion, output)
-    return Response(_dump(body), headers=headers(completion))
+    return _dump(finished(skeleton(req, completion), completion, output))
+
+
+def refusal(body: dict[str, Any], text: str) -> dict[str, Any]:
+    """The answer withheld: one assistant message whose only content is a refusal (OpenAI's `refusal` part)."""
+    message = OutputMessage(id=_item_id("msg"), status="completed", content=[OutputRefusal(refusal=text)])
+    return {**body, "status": "completed", "incomplete_details": None, "output": [_dump(message)]}
 
 
 # -- SSE events ---------------------------------------------------------------------------------------------------
 
 
-async def stream(req: ResponsesRequest, completion: Completion, param: ParamMap) -> Stream:
-    """Wait for the engine's first delta before answering, so errors before any token still get an HTTP status."""
+async def stream(
+    req: ResponsesRequest, completion: Completion, param: ParamMap, verdict: VerdictSource | None = None
+) -> Stream:
+    """Wait for the engine's first delta before answering, so errors before any token still get an HTTP status.
+    With `verdict` (the grounding guardrail's), `response.completed` carries it as `grounding`: the deltas go out
+    as they come, and only the end waits for the score."""
     first = await completion.first_delta()
     return EventStream(
-        _events(_Events(skeleton(req, completion), completion.decoder()), completion, first, param),
+        _events(_Events(skeleton(req, completion), completion.decoder()), completion, first, param, verdict),
         media_type="text/event-stream",
         headers={**SSE_HEADERS, **headers(completion)},
     )
 
 
 async def _events(
-    events: _Events, completion: Completion, first: EngineDelta | None, param: ParamMap
+    events: _Events, completion: Completion, first: EngineDelta | None, param: ParamMap, verdict: VerdictSource | None
 ) -> AsyncIterator[str]:
     opening = [
         events.event("response.created", response=_dump(events.response)),
@@ -181,7 +197,8 @@ async def _events(
         for event in failed(to_api_error(exc)):
             yield event
         return
-    for event in events.finish(completion):
+    grounding = await verdict() if verdict is not None else None
+    for event in events.finish(completion, grounding):
         yield event
 
 
@@ -211,13 +228,14 @@ class _Events:
             for call in self.decoder.calls[self.streamed_calls :]:  # calls the streaming parser did not show
                 yield from self._call(ToolCallDelta(self.open_call + 1, call.id, call.name, call.arguments))
 
-    def finish(self, completion: Completion) -> Iterator[str]:
+    def finish(self, completion: Completion, grounding: dict[str, Any] | None = None) -> Iterator[str]:
         status: ItemStatus = "incomplete" if completion.finish_reason == "length" else "completed"
         if self.open is None and not self.items:
             yield from self._text("")
         yield from self._close(status)
         done = finished(self.response, completion, self.items)
-        yield self.event(f"response.{done.status}", response=_dump(done))
+        body = _dump(done) | ({"grounding": grounding} if grounding is not None else {})
+        yield self.event(f"response.{done.status}", response=body)
 
     def _decoded(self, decoded: DecodedDelta) -> Iterator[str]:
         if decoded.content:
@@ -238,7 +256,9 @@ class _Events:
             part = _dump(message.content[0])
             yield self.event("response.content_part.added", **self._where(message), content_index=0, part=part)
         if piece:
-            message.content[0].text += piece
+            streamed = message.content[0]
+            assert isinstance(streamed, OutputText)  # a streamed message holds one text part
+            streamed.text += piece
             yield self.event(
                 "response.output_text.delta", **self._where(message), content_index=0, delta=piece, logprobs=[]
             )
@@ -265,7 +285,8 @@ class _Events:
             return
         where = self._where(item)
         if isinstance(item, OutputMessage):
-            text = item.content[0].text
+            part = item.content[0]
+            text = part.text if isinstance(part, OutputText) else ""
             yield self.event("response.output_text.done", **where, content_index=0, text=text, logprobs=[])
             yield self.event("response.content_part.done", **where, content_index=0, part=_dump(item.content[0]))
         else:

@@ -14,7 +14,6 @@ from api.chat.protocol import ChatCompletion, ChatCompletionRequest
 from api.chat.service import answer_chat
 from api.openapi import PRECHECK, ParsedBody, StreamingOperation, answer, errors
 from config.settings import Settings
-from grounding.service import GroundingService
 from serving.service import InferenceService
 from tenancy.directory import Principal
 from tenancy.quotas import QuotaGate
@@ -43,8 +42,5 @@ async def create_chat_completion(
     service: NamedDependency[InferenceService],
     quotas: NamedDependency[QuotaGate],
     settings: NamedDependency[Settings],
-    grounding: NamedDependency[GroundingService | None],
 ) -> Response[Any] | Stream:
-    return await answer_chat(
-        data, principal, service, quotas, default_max_tokens=settings.default_max_tokens, grounding=grounding
-    )
+    return await answer_chat(data, principal, service, quotas, default_max_tokens=settings.default_max_tokens)

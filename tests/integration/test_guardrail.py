@@ -7,6 +7,7 @@ import uuid
 
 import httpx
 
+from api.responses.rendering import lease_id
 from demo.world import Scene, Shape, png_bytes
 from grounding.guardrail import REFUSAL
 from tests import media
@@ -145,3 +146,63 @@ def test_off_leaves_answers_unscored(server):
     time.sleep(3)  # a score, were one made, lands within about a second
     got = httpx.get(f"{server.v1}/usage/{answer.id}", headers={"authorization": f"Bearer {key}"}).json()
     assert got["grounding_score"] is None
+
+
+# -- the Responses API: the same guardrail, through the same gate ------------------------------------------------
+
+
+def _responses_input(parts: list[dict]) -> list[dict]:
+    """The chat question's parts as a Responses API user message."""
+    content = []
+    for part in parts:
+        if part["type"] == "image_url":
+            content.append({"type": "input_image", "image_url": part["image_url"]["url"]})
+        elif part["type"] == "input_audio":
+            content.append({"type": "input_audio", "input_audio": part["input_audio"]})
+        else:
+            content.append({"type": "input_text", "text": part["text"]})
+    return [{"role": "user", "content": content}]
+
+
+def test_flag_puts_the_verdict_on_a_response_and_on_response_completed(server):
+    key = _tenant(server, "flag")
+    client = openai_client(server.v1, key, timeout=120)
+    question = _responses_input(_image_question(_red_circle())[0]["content"])
+    whole = client.responses.create(model="large", input=question, max_output_tokens=24).model_dump()
+    verdict = whole["grounding"]
+    assert set(verdict) == {"score", "threshold", "passed", "flagged", "claims", "unsupported_claims"}
+    assert whole["output"][0]["content"][0]["type"] == "output_text"
+    receipt = _receipt(server, key, lease_id(whole["id"]))
+    assert (receipt["grounding_score"], receipt["grounding_passed"]) == (verdict["score"], verdict["passed"])
+
+    events = list(client.responses.create(model="large", input=question, max_output_tokens=24, stream=True))
+    done = events[-1].model_dump()
+    assert done["type"] == "response.completed"
+    streamed = _receipt(server, key, lease_id(done["response"]["id"]))
+    assert done["response"]["grounding"]["score"] == streamed["grounding_score"]
+    assert all("grounding" not in (e.model_dump().get("response") or {}) for e in events[:-1])
+
+
+def test_block_regenerates_then_refuses_a_response_in_the_responses_shape(server):
+    key = _tenant(server, "block")
+    with httpx.Client(timeout=180) as http:
+        resp = http.post(
+            f"{server.v1}/responses",
+            headers={"authorization": f"Bearer {key}"},
+            json={
+                "model": "small",
+                "input": _responses_input(_clip_question()[0]["content"]),
+                "max_output_tokens": 16,
+                "temperature": 0.9,
+            },
+        )
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert body["status"] == "completed"
+    assert [item["type"] for item in body["output"]] == ["message"]
+    assert body["output"][0]["content"] == [{"type": "refusal", "refusal": REFUSAL}]
+    assert body["grounding"]["regenerated"] is True
+    assert body["grounding"]["passed"] is False
+    assert _receipt(server, key, resp.headers["x-tessera-request-id"])["grounding_passed"] is False
+    assert _requests_metered(server, key) == 2  # both attempts ran on an engine, metered as on chat
+    assert lease_id(body["id"]) == resp.headers["x-tessera-request-id"]  # the response names the lease that answered

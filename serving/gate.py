@@ -1,0 +1,111 @@
+"""The grounding gate: what serving asks of whoever checks answers against their media, and the one path every
+endpoint's answers take through it. Serving defines it; grounding implements it (grounding.service).
+
+A caller's guardrail policy (`CallerIdentity.grounding_policy`) decides what a failing answer does. Under `flag`
+and `block` the answer waits for its verdict; under `block` a whole answer that fails is regenerated once on the
+strongest pool, and a second failure is refused. Endpoints differ only in how they render an answer, so they hand
+their renderer in: chat completions, the Responses API, the console's playground and batch lines all get the
+caller's policy the same way. Both attempts of a regenerated answer ran on an engine, so both are metered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
+
+from serving.completion import Completion
+from serving.policy import CallerIdentity, CallerPolicy
+
+if TYPE_CHECKING:
+    from serving.service import GenerationRequest, InferenceService
+
+Action = Literal["none", "annotate", "regenerate", "refuse"]
+Body = TypeVar("Body")
+VerdictSource = Callable[[], Awaitable[dict[str, Any] | None]]
+
+
+class GateVerdict(Protocol):
+    """An answer's verdict, as the gate reports it."""
+
+    @property
+    def passed(self) -> bool: ...
+
+    def wire(self, *, regenerated: bool = False) -> dict[str, Any]:
+        """The `grounding` extension object a response carries."""
+        ...
+
+
+class GroundingGate(Protocol):
+    def waits(self, caller: CallerIdentity, completion: Completion) -> bool:
+        """Whether this answer waits for its verdict (the caller's policy asks for one and the request carried
+        media to check); when it does, the gate starts what it can while the answer is generated."""
+        ...
+
+    async def verdict(self, request_id: str) -> GateVerdict | None:
+        """The answer's verdict once it is scored; None when there was nothing to check or no verdict came."""
+        ...
+
+    def action(self, caller: CallerIdentity, verdict: GateVerdict | None, *, streamed: bool, attempt: int) -> Action:
+        """What the caller's policy does with the verdict: `attempt` 0 is the first answer, 1 the regenerated one."""
+        ...
+
+
+@dataclass(frozen=True)
+class GatedAnswer(Generic[Body]):
+    """A whole answer after the gate: the rendered body, the completion it came from (the regenerated one when
+    regenerated), its verdict, and whether the policy withholds it."""
+
+    body: Body
+    completion: Completion
+    verdict: GateVerdict | None = None
+    refused: bool = False
+    regenerated: bool = False
+
+    def grounding(self) -> dict[str, Any] | None:
+        """The `grounding` extension object for the response, or None when no verdict applies."""
+        return self.verdict.wire(regenerated=self.regenerated) if self.verdict is not None else None
+
+
+async def gated_answer(
+    service: InferenceService,
+    gate: GroundingGate | None,
+    request: GenerationRequest,
+    caller: CallerPolicy,
+    render: Callable[[Completion], Awaitable[Body]],
+) -> GatedAnswer[Body]:
+    """Start `request`, render its whole answer with `render` (which consumes the completion), and apply the
+    caller's guardrail: wait for the verdict, regenerate once on the strongest pool, refuse."""
+    identity = caller.identity
+    completion = await service.start(request, caller)
+    if gate is None or not gate.waits(identity, completion):
+        return GatedAnswer(await render(completion), completion)
+    body = await render(completion)
+    verdict = await gate.verdict(completion.request_id)
+    action = gate.action(identity, verdict, streamed=False, attempt=0)
+    regenerated = False
+    if action == "regenerate":
+        strongest = service.strongest_model(completion.submission.modalities)
+        if completion.model == strongest and request.params.temperature == 0:
+            action = "refuse"  # greedy decoding on the same pool would only give the same answer again
+        else:
+            completion = await service.start(replace(request, model=strongest), caller)
+            gate.waits(identity, completion)
+            body = await render(completion)
+            verdict = await gate.verdict(completion.request_id)
+            action, regenerated = gate.action(identity, verdict, streamed=False, attempt=1), True
+    refused = action == "refuse" and verdict is not None
+    return GatedAnswer(body, completion, verdict, refused=refused, regenerated=regenerated)
+
+
+def stream_verdict(gate: GroundingGate | None, caller: CallerPolicy, completion: Completion) -> VerdictSource | None:
+    """For a streamed answer, where the caller's policy waits for a verdict: what the stream's end awaits (the
+    verdict's wire object). A stream cannot be taken back once sent, so `block` only flags it."""
+    if gate is None or not gate.waits(caller.identity, completion):
+        return None
+
+    async def verdict() -> dict[str, Any] | None:
+        found = await gate.verdict(completion.request_id)
+        return found.wire() if found is not None else None
+
+    return verdict

@@ -1,0 +1,158 @@
+"""The grounding gate's one path for whole and streamed answers (serving.gate), exit by exit, with a stand-in
+service and gate: the policy decides, serving regenerates and refuses, the endpoint only renders."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from grounding.guardrail import Verdict, decide, waits_for_verdict
+from serving.engines.base import GenerationParams
+from serving.gate import gated_answer, stream_verdict
+from serving.policy import CallerIdentity
+from serving.service import GenerationRequest
+
+IMAGE = frozenset({"text", "image"})
+
+
+def _completion(n: int, model: str, modalities: frozenset[str] = IMAGE) -> Any:
+    return SimpleNamespace(request_id=f"req-{n}", model=model, submission=SimpleNamespace(modalities=modalities))
+
+
+@dataclass
+class StubService:
+    """Starts completions on the model asked for; the strongest pool is `large`."""
+
+    started: list[Any] = field(default_factory=list)
+    modalities: frozenset[str] = IMAGE
+
+    async def start(self, request: GenerationRequest, caller: Any) -> Any:
+        completion = _completion(len(self.started), request.model, self.modalities)
+        self.started.append(completion)
+        return completion
+
+    def strongest_model(self, modalities: frozenset[str]) -> str:
+        return "large"
+
+
+@dataclass
+class StubGate:
+    """Scores each request from a list of scores, in the order asked; policy as grounding.guardrail decides."""
+
+    scores: list[float | None]
+    prepared: list[str] = field(default_factory=list)
+
+    def waits(self, caller: CallerIdentity, completion: Any) -> bool:
+        if not waits_for_verdict(caller.grounding_policy) or not completion.submission.modalities - {"text"}:
+            return False
+        self.prepared.append(completion.request_id)
+        return True
+
+    async def verdict(self, request_id: str) -> Verdict | None:
+        score = self.scores[int(request_id.split("-")[1])]
+        return None if score is None else Verdict(score, 0.9, 2, () if score >= 0.9 else ("a star",))
+
+    def action(self, caller: CallerIdentity, verdict: Any, *, streamed: bool, attempt: int) -> Any:
+        return decide(caller.grounding_policy, verdict, streamed=streamed, attempt=attempt)
+
+
+def _caller(policy: str) -> Any:
+    return SimpleNamespace(identity=CallerIdentity(tenant_id="t", grounding_policy=policy))
+
+
+def _request(model: str = "small", temperature: float = 0.7) -> GenerationRequest:
+    return GenerationRequest(model=model, messages=[], params=GenerationParams(max_tokens=16, temperature=temperature))
+
+
+async def _render(completion: Any) -> dict[str, Any]:
+    return {"answered_by": completion.request_id}
+
+
+def _answer(policy: str, scores: list[float | None], **request: Any) -> tuple[Any, StubService, StubGate]:
+    service, gate = StubService(), StubGate(scores)
+    answer = asyncio.run(gated_answer(service, gate, _request(**request), _caller(policy), _render))  # type: ignore[arg-type]
+    return answer, service, gate
+
+
+@pytest.mark.parametrize("policy", ["off", "score"])
+def test_policies_that_do_not_wait_render_the_first_answer_with_no_verdict(policy):
+    answer, _, gate = _answer(policy, [0.1])
+    assert (answer.body, answer.verdict, answer.refused, answer.regenerated) == (
+        {"answered_by": "req-0"},
+        None,
+        False,
+        False,
+    )
+    assert answer.grounding() is None
+    assert gate.prepared == []
+
+
+def test_flag_carries_the_verdict_of_a_failed_answer_and_does_not_regenerate():
+    answer, service, gate = _answer("flag", [0.5])
+    assert answer.body == {"answered_by": "req-0"}
+    assert answer.grounding() == {
+        "score": 0.5, "threshold": 0.9, "passed": False, "flagged": True, "claims": 2, "unsupported_claims": ["a star"],
+    }  # fmt: skip
+    assert not answer.refused
+    assert len(service.started) == 1
+    assert gate.prepared == ["req-0"]
+
+
+def test_block_passes_a_grounded_answer_as_it_is():
+    answer, service, _ = _answer("block", [0.95])
+    assert (answer.refused, answer.regenerated, len(service.started)) == (False, False, 1)
+    assert answer.grounding()["passed"] is True
+
+
+def test_block_regenerates_a_failed_answer_on_the_strongest_pool_and_keeps_a_grounded_second():
+    answer, service, gate = _answer("block", [0.5, 0.95])
+    assert [c.model for c in service.started] == ["small", "large"]
+    assert answer.body == {"answered_by": "req-1"}
+    assert answer.completion is service.started[1]
+    assert (answer.refused, answer.regenerated) == (False, True)
+    assert answer.grounding()["regenerated"] is True
+    assert gate.prepared == ["req-0", "req-1"]
+
+
+def test_block_refuses_when_the_second_answer_fails_too():
+    answer, service, _ = _answer("block", [0.5, 0.4])
+    assert len(service.started) == 2
+    assert (answer.refused, answer.regenerated) == (True, True)
+    assert answer.grounding()["flagged"] is True
+
+
+def test_block_refuses_at_once_where_a_second_try_would_repeat_the_first():
+    # greedy decoding on the strongest pool already: the same answer again
+    answer, service, _ = _answer("block", [0.5], model="large", temperature=0.0)
+    assert len(service.started) == 1
+    assert (answer.refused, answer.regenerated) == (True, False)
+
+
+def test_no_verdict_means_no_refusal():
+    answer, service, _ = _answer("block", [None])
+    assert (answer.refused, answer.verdict, len(service.started)) == (False, None, 1)
+
+
+def test_a_request_without_media_waits_for_nothing():
+    service, gate = StubService(modalities=frozenset({"text"})), StubGate([0.1])
+    answer = asyncio.run(gated_answer(service, gate, _request(), _caller("block"), _render))  # type: ignore[arg-type]
+    assert (answer.verdict, answer.refused, gate.prepared) == (None, False, [])
+
+
+def test_without_a_gate_every_answer_goes_out_as_rendered():
+    service = StubService()
+    answer = asyncio.run(gated_answer(service, None, _request(), _caller("block"), _render))  # type: ignore[arg-type]
+    assert (answer.body, answer.verdict) == ({"answered_by": "req-0"}, None)
+
+
+def test_a_stream_under_block_is_flagged_not_taken_back():
+    gate = StubGate([0.5])
+    source = stream_verdict(gate, _caller("block"), _completion(0, "small"))  # type: ignore[arg-type]
+    assert source is not None
+    assert asyncio.run(source())["flagged"] is True
+    assert stream_verdict(gate, _caller("score"), _completion(0, "small")) is None  # type: ignore[arg-type]
+    assert stream_verdict(None, _caller("flag"), _completion(0, "small")) is None
