@@ -157,6 +157,14 @@ class Settings(BaseSettings):
     embedding_cache_memory_mib: int = Field(default=256, description="In-memory tier of the embedding cache.")
     embedding_cache_disk_gib: float = Field(default=4.0, description="File-store tier of the embedding cache.")
     embedding_cache_ttl_s: float = Field(default=7 * 86400, description="Lifetime of a cached embedding.")
+    files_dir: Path | None = Field(
+        default=None,
+        description="Where stored media (of stored responses) live, a folder every gateway replica reaches (a shared "
+        "volume). Unset: `files` in `data_dir`.",
+    )
+    response_sweep_interval_s: float = Field(
+        default=3600.0, gt=0, description="How often stored responses past their tenant's retention are deleted."
+    )
     embedding_cache_dir: Path | None = Field(
         default=None, description="File store of the embedding cache. Unset: `embeddings` in `data_dir`."
     )
@@ -183,6 +191,9 @@ class Settings(BaseSettings):
 
     def resolved_database_url(self) -> str:
         return self.database_url or f"sqlite:///{(self.data_dir / 'tessera.db').resolve()}"
+
+    def resolved_files_dir(self) -> Path:
+        return self.files_dir or self.data_dir / "files"
 
     def demo_dir(self) -> Path:
         return self.models_dir or self.data_dir / "models"

@@ -53,6 +53,9 @@ class TenantQuota(SQLModel, table=True):
     # (1.0: every claim supported).
     grounding_policy: str = Field(default="score", max_length=8)
     grounding_threshold: float = 1.0
+    # Stored responses (`/v1/responses` with `store`): off turns storage off for the tenant; kept this many days.
+    store_responses: bool = True
+    response_retention_days: int = 30
 
 
 class InferenceRequest(SQLModel, table=True):
@@ -122,6 +125,33 @@ class MediaEmbeddingCacheEntry(SQLModel, table=True):
     last_hit_at: datetime | None = None
     created_at: datetime = Field(default_factory=utcnow)
     expires_at: datetime = Field(index=True)
+
+
+class StoredResponse(SQLModel, table=True):
+    """A Responses API response kept for its tenant: the response object as returned, this request's own input
+    items (media as content-hash references into the blob store), and the response it continued."""
+
+    __tablename__ = "stored_responses"
+
+    id: str = Field(primary_key=True, max_length=64)  # resp_<hex>
+    tenant_id: str = Field(max_length=36, index=True)
+    request_id: str = Field(max_length=64)  # the lease that answered (its usage row)
+    previous_response_id: str | None = Field(default=None, max_length=64, index=True)
+    model: str = Field(max_length=128)
+    status: str = Field(max_length=16)
+    body: dict = Field(sa_column=Column(JSON, nullable=False))  # type: ignore[type-arg]
+    input_items: list = Field(sa_column=Column(JSON, nullable=False))  # type: ignore[type-arg]
+    created_at: datetime = Field(default_factory=utcnow)
+    expires_at: datetime = Field(index=True)
+
+
+class StoredResponseMedia(SQLModel, table=True):
+    """Which stored blobs (media bytes by sha256) a stored response's input items use."""
+
+    __tablename__ = "stored_response_media"
+
+    response_id: str = Field(primary_key=True, foreign_key="stored_responses.id", max_length=64)
+    sha256: str = Field(primary_key=True, max_length=64, index=True)
 
 
 class ModelPrice(SQLModel, table=True):

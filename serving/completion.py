@@ -47,6 +47,9 @@ class Submission:
     images: tuple[Any, ...] = ()  # ImageFindings per image, where the pool's tower has a label head
     tools: ToolPlan | None = None
     question: str = ""  # the last user turn's text
+    # Each medium's bytes as fetched or decoded from the request, with the request's `param` of its part, in the
+    # client's order: what a stored response keeps so that a later turn never fetches them again.
+    media: tuple[tuple[str, bytes], ...] = ()
 
 
 class Settlement:

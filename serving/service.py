@@ -222,6 +222,7 @@ class InferenceService:
             images=await self._findings(pool, encoded, caller),
             tools=request.tools,
             question=encoded.plan.last_user_text(),
+            media=tuple((m.item.param, m.raw) for m in probed),
         )
         return submission, settlement
 

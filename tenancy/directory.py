@@ -31,6 +31,7 @@ KEY_PREFIX = "sk-tsr-"
 
 # How a tenant's answers are checked for grounding (grounding.guardrail implements them).
 GROUNDING_POLICIES = ("off", "score", "flag", "block")
+MAX_RETENTION_DAYS = 3650  # stored responses are kept at most ten years
 
 
 @dataclass(frozen=True)
@@ -151,7 +152,7 @@ class Directory:
         self.forget()
         return tenant
 
-    def set_quota(self, tenant_id: str, **fields: int | float | str | None) -> TenantQuota:
+    def set_quota(self, tenant_id: str, **fields: int | float | str | bool | None) -> TenantQuota:
         allowed = {
             "tokens_per_minute",
             "concurrent_requests",
@@ -160,6 +161,8 @@ class Directory:
             "tier",
             "grounding_policy",
             "grounding_threshold",
+            "store_responses",
+            "response_retention_days",
         }
         unknown = set(fields) - allowed
         if unknown:
@@ -167,6 +170,11 @@ class Directory:
         if "grounding_policy" in fields and fields["grounding_policy"] not in GROUNDING_POLICIES:
             raise InvalidRequest(
                 f"grounding_policy must be one of {', '.join(GROUNDING_POLICIES)}", code="invalid_quota"
+            )
+        retention = fields.get("response_retention_days")
+        if retention is not None and not (isinstance(retention, int) and 1 <= retention <= MAX_RETENTION_DAYS):
+            raise InvalidRequest(
+                f"response_retention_days must lie in [1, {MAX_RETENTION_DAYS}]", code="invalid_quota"
             )
         threshold = fields.get("grounding_threshold")
         if threshold is not None and not (isinstance(threshold, int | float) and 0.0 <= float(threshold) <= 1.0):

@@ -30,7 +30,7 @@ from api.routes.billing import BillingAdminController, PriceController, stripe_w
 from api.routes.chat import create_chat_completion
 from api.routes.models import list_models, retrieve_model
 from api.routes.ops import health, metrics
-from api.routes.responses import create_response
+from api.routes.responses import create_response, delete_response, list_input_items, retrieve_response
 from api.routes.usage import usage_receipt, usage_summary
 from config.settings import Settings
 from console.admin import AdminConsoleController
@@ -131,6 +131,9 @@ def create_app(
         route_handlers=[
             create_chat_completion,
             create_response,
+            retrieve_response,
+            delete_response,
+            list_input_items,
             list_models,
             retrieve_model,
             usage_receipt,
@@ -206,6 +209,7 @@ def create_app(
             "limiter": slot.provider(lambda s: s.limiter),
             "cache": slot.provider(lambda s: s.cache),
             "grounding": slot.provider(lambda s: s.grounding),
+            "stored_responses": slot.provider(lambda s: s.stored_responses),
             "console_sessions": slot.provider(lambda s: ConsoleSessions(s.db, session_lifetime_s)),
             "signed_in": Provide(tenant_principal),
             "console_admin": Provide(admin_principal),

@@ -46,6 +46,8 @@ from serving.pipeline import Pipeline
 from serving.pools import ModelPool, PoolRegistry
 from serving.record import CompletionBus
 from serving.service import InferenceService
+from storage.blobs import BlobStore
+from storage.responses import ResponseStore
 from tenancy.directory import Directory
 from tenancy.limits import InProcessLimiter, RateLimiter, RedisLimiter
 from tenancy.quotas import QuotaGate
@@ -74,6 +76,7 @@ class AppState:
     limiter: RateLimiter
     cache: EmbeddingCache | None = None
     grounding: GroundingService | None = None
+    stored_responses: ResponseStore | None = None
 
 
 async def _stopped(task: asyncio.Task[None]) -> None:
@@ -179,6 +182,11 @@ async def build_state(settings: Settings, checkpoints: CheckpointResolver | None
         journal = UsageJournal(db, prices, heartbeat_s=settings.journal_heartbeat_s, stale_s=settings.journal_stale_s)
         await journal.start()
         stack.push_async_callback(journal.stop)
+        stored_responses = ResponseStore(db, BlobStore(settings.resolved_files_dir()))
+        sweeper = asyncio.get_running_loop().create_task(
+            _sweep_forever(stored_responses, settings.response_sweep_interval_s)
+        )
+        stack.push_async_callback(_stopped, sweeper)
         bus = CompletionBus(tasks, [metrics.record_completion], journal=journal)
         grounding = (
             GroundingService.create(
@@ -221,7 +229,20 @@ async def build_state(settings: Settings, checkpoints: CheckpointResolver | None
             limiter=limiter,
             cache=cache,
             grounding=grounding,
+            stored_responses=stored_responses,
         )
+
+
+async def _sweep_forever(store: ResponseStore, interval_s: float) -> None:
+    """Deletes stored responses past their tenant's retention, now and every `interval_s`; every gateway replica
+    sweeps, and a response two of them delete at once is simply gone."""
+    while True:
+        try:
+            if swept := await asyncio.to_thread(store.sweep):
+                logger.info("deleted %d stored responses past their retention", swept)
+        except Exception:
+            logger.exception("sweeping stored responses failed; trying again in %.0f s", interval_s)
+        await asyncio.sleep(interval_s)
 
 
 def _limiter(settings: Settings) -> RateLimiter:

@@ -100,18 +100,19 @@ class ResponsesRequest(_Loose):
     safety_identifier: str | None = None
     prompt_cache_key: str | None = None
     stream_options: dict[str, Any] | None = None
+    # Stored responses: kept unless `store` is false (the tenant's setting decides when it is left out), and a
+    # stored response continued by id.
+    store: StrictBool | None = None
+    previous_response_id: str | None = Field(default=None, min_length=1, max_length=64)
     # Tessera's extensions, as on chat completions.
     priority: Literal["interactive", "batch"] = "interactive"
     allow_degraded: bool = False
 
 
-STORE_REASON = "responses are not stored; send `store: false` or leave it out"
 # OpenAI's fields that Tessera does not honour -> (the values that ask for nothing, why any other is refused).
 UNHONOURED: dict[str, tuple[tuple[Any, ...], str]] = {
-    "store": ((None, False), STORE_REASON),
-    "previous_response_id": ((None,), "responses are not stored; send the whole conversation in `input`"),
-    "conversation": ((None,), "conversations are not stored; send the whole conversation in `input`"),
-    "background": ((None, False), "background responses need stored responses, which Tessera does not keep"),
+    "conversation": ((None,), "named conversations are not supported; continue one with `previous_response_id`"),
+    "background": ((None, False), "background responses are not supported; send the request and wait for it"),
     "background_options": ((None,), "background responses are not supported"),
     "include": ((None, []), "no additional output data can be included"),
     "reasoning": ((None, {}), "the served models do not reason; leave `reasoning` out"),
@@ -216,12 +217,12 @@ class ResponseObject(BaseModel):
     model: str
     output: list[OutputItem] = Field(default_factory=list)
     parallel_tool_calls: bool = True
-    previous_response_id: None = None
+    previous_response_id: str | None = None
     prompt_cache_key: str | None = None
     reasoning: Reasoning = Field(default_factory=Reasoning)
     safety_identifier: str | None = None
     service_tier: Literal["default"] = "default"
-    store: Literal[False] = False
+    store: bool = False
     temperature: float = 1.0
     text: dict[str, Any] = Field(default_factory=dict)
     tool_choice: str | dict[str, Any] = "auto"
@@ -233,3 +234,17 @@ class ResponseObject(BaseModel):
     user: str | None = None
     metadata: dict[str, str] = Field(default_factory=dict)
     degraded: dict[str, Any] | None = _omitted_when_none()  # extension, as on chat completions
+
+
+class DeletedResponse(BaseModel):
+    id: str
+    object: Literal["response"] = "response"
+    deleted: bool = True
+
+
+class InputItemList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[dict[str, Any]]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool

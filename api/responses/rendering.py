@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 from litestar import Response
@@ -97,6 +97,8 @@ def skeleton(req: ResponsesRequest, completion: Completion) -> ResponseObject:
         top_p=params.top_p,
         user=req.user,
         metadata=req.metadata or {},
+        store=bool(req.store),
+        previous_response_id=req.previous_response_id,
         degraded=degraded,
     )
 
@@ -159,22 +161,36 @@ def refusal(body: dict[str, Any], text: str) -> dict[str, Any]:
 # -- SSE events ---------------------------------------------------------------------------------------------------
 
 
+Finished = Callable[[dict[str, Any], Completion], Awaitable[None]]
+
+
 async def stream(
-    req: ResponsesRequest, completion: Completion, param: ParamMap, verdict: VerdictSource | None = None
+    req: ResponsesRequest,
+    completion: Completion,
+    param: ParamMap,
+    verdict: VerdictSource | None = None,
+    finished: Finished | None = None,
 ) -> Stream:
     """Wait for the engine's first delta before answering, so errors before any token still get an HTTP status.
     With `verdict` (the grounding guardrail's), `response.completed` carries it as `grounding`: the deltas go out
-    as they come, and only the end waits for the score."""
+    as they come, and only the end waits for the score. `finished` (storing the response) runs on the final
+    response before `response.completed` goes out, so a client that continues it at once finds it."""
     first = await completion.first_delta()
+    events = _Events(skeleton(req, completion), completion.decoder())
     return EventStream(
-        _events(_Events(skeleton(req, completion), completion.decoder()), completion, first, param, verdict),
+        _events(events, completion, first, param, verdict, finished),
         media_type="text/event-stream",
         headers={**SSE_HEADERS, **headers(completion)},
     )
 
 
 async def _events(
-    events: _Events, completion: Completion, first: EngineDelta | None, param: ParamMap, verdict: VerdictSource | None
+    events: _Events,
+    completion: Completion,
+    first: EngineDelta | None,
+    param: ParamMap,
+    verdict: VerdictSource | None,
+    finished: Finished | None,
 ) -> AsyncIterator[str]:
     opening = [
         events.event("response.created", response=_dump(events.response)),
@@ -198,7 +214,16 @@ async def _events(
             yield event
         return
     grounding = await verdict() if verdict is not None else None
-    for event in events.finish(completion, grounding):
+    closing = list(events.finish(completion, grounding))
+    if finished is not None and events.final is not None:
+        try:
+            await finished(events.final, completion)
+        except Exception as exc:
+            logger.exception("response %s could not be stored", events.final["id"])
+            for event in failed(to_api_error(Unavailable(f"the response could not be stored: {exc}"))):
+                yield event
+            return
+    for event in closing:
         yield event
 
 
@@ -213,6 +238,7 @@ class _Events:
         self.open: OutputItem | None = None
         self.open_call = -1  # the decoder's index of the open function call
         self.streamed_calls = 0
+        self.final: dict[str, Any] | None = None  # the finished response, once `finish` made it
 
     def event(self, kind: str, **fields: Any) -> str:
         payload = {"type": kind, **fields, "sequence_number": self.sequence}
@@ -234,8 +260,8 @@ class _Events:
             yield from self._text("")
         yield from self._close(status)
         done = finished(self.response, completion, self.items)
-        body = _dump(done) | ({"grounding": grounding} if grounding is not None else {})
-        yield self.event(f"response.{done.status}", response=body)
+        self.final = _dump(done) | ({"grounding": grounding} if grounding is not None else {})
+        yield self.event(f"response.{done.status}", response=self.final)
 
     def _decoded(self, decoded: DecodedDelta) -> Iterator[str]:
         if decoded.content:

@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from api.openapi import errors
 from api.protocol import STORED_INT_MAX, StoredText
-from tenancy.directory import Directory, key_summary, tenant_summary
+from tenancy.directory import MAX_RETENTION_DAYS, Directory, key_summary, tenant_summary
 
 
 class TenantIn(BaseModel):
@@ -35,6 +35,8 @@ class QuotaIn(BaseModel):
     tier: StoredText | None = None
     grounding_policy: Literal["off", "score", "flag", "block"] | None = None
     grounding_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
+    store_responses: bool | None = None
+    response_retention_days: int | None = Field(default=None, ge=1, le=MAX_RETENTION_DAYS)
 
 
 class KeyIn(BaseModel):

@@ -1,20 +1,24 @@
-"""POST /v1/responses."""
+"""POST /v1/responses, and the stored responses: GET and DELETE /v1/responses/{id}, GET .../input_items."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
-from litestar import Response, post
+from litestar import Response, delete, get, post
 from litestar.di import NamedDependency
-from litestar.params import JSONBody
+from litestar.params import FromPath, FromQuery, JSONBody
 from litestar.response import Stream
 
 from api.openapi import PRECHECK, ParsedBody, StreamingOperation, answer, errors
 from api.responses.parsing import parse_responses_request
-from api.responses.protocol import ResponseObject, ResponsesRequest
+from api.responses.protocol import DeletedResponse, InputItemList, ResponseObject, ResponsesRequest
 from api.responses.service import create_response as respond
+from api.responses.storing import listed, tenant_of
 from config.settings import Settings
+from serving.errors import NotFound
 from serving.service import InferenceService
+from storage.responses import ResponseStore
 from tenancy.directory import Principal
 from tenancy.quotas import QuotaGate
 
@@ -42,5 +46,62 @@ async def create_response(
     service: NamedDependency[InferenceService],
     quotas: NamedDependency[QuotaGate],
     settings: NamedDependency[Settings],
+    stored_responses: NamedDependency[ResponseStore | None],
 ) -> Response[Any] | Stream:
-    return await respond(data, principal, service, quotas, default_max_tokens=settings.default_max_tokens)
+    return await respond(
+        data, principal, service, quotas, stored_responses, default_max_tokens=settings.default_max_tokens
+    )
+
+
+def _store(stored_responses: ResponseStore | None) -> ResponseStore:
+    if stored_responses is None:
+        raise NotFound("this server keeps no responses", param="response_id")
+    return stored_responses
+
+
+@get(
+    "/v1/responses/{response_id:str}", responses={**answer(ResponseObject, "The stored response."), **errors(401, 404)}
+)
+async def retrieve_response(
+    response_id: FromPath[str],
+    principal: NamedDependency[Principal],
+    stored_responses: NamedDependency[ResponseStore | None],
+) -> dict[str, Any]:
+    row = await asyncio.to_thread(_store(stored_responses).get, tenant_of(principal), response_id)
+    return dict(row.body)
+
+
+@delete(
+    "/v1/responses/{response_id:str}",
+    status_code=200,
+    responses={
+        **answer(DeletedResponse, "The response and the media no other stored response uses are gone."),
+        **errors(401, 404),
+    },
+)
+async def delete_response(
+    response_id: FromPath[str],
+    principal: NamedDependency[Principal],
+    stored_responses: NamedDependency[ResponseStore | None],
+) -> DeletedResponse:
+    await asyncio.to_thread(_store(stored_responses).delete, tenant_of(principal), response_id)
+    return DeletedResponse(id=response_id)
+
+
+@get(
+    "/v1/responses/{response_id:str}/input_items",
+    responses={**answer(InputItemList, "One page of the response's input items."), **errors(400, 401, 404)},
+)
+async def list_input_items(
+    response_id: FromPath[str],
+    principal: NamedDependency[Principal],
+    stored_responses: NamedDependency[ResponseStore | None],
+    after: FromQuery[str | None] = None,
+    limit: FromQuery[int] = 20,
+    order: FromQuery[str] = "desc",
+) -> dict[str, Any]:
+    store = _store(stored_responses)
+    page = await asyncio.to_thread(
+        store.input_items, tenant_of(principal), response_id, after=after, limit=limit, order=order
+    )
+    return {**page.wire(), "data": listed(store, page.data)}

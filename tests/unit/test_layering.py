@@ -1,8 +1,8 @@
 """The package dependency direction of DESIGN.md, and the product apart from the demo factory.
 
-`tessera -> api, console, bench -> serving, tenancy, billing, grounding, jobs -> db, config`. Serving defines the
-caller policy, the completion record and the engine interface; tenancy and grounding implement and subscribe to
-them, so they may import serving, never the reverse. The HTTP surface reaches data only through the domain
+`tessera -> api, console, bench -> serving, tenancy, billing, grounding, storage, jobs -> db, config`. Serving
+defines the caller policy, the grounding gate, the completion record and the engine interface; tenancy and grounding
+implement and subscribe to them, so they may import serving, never the reverse. The HTTP surface reaches data only through the domain
 packages. Console may use api's shared pieces (the chat path, auth, the error mapper); api never imports console.
 No product package imports `demo/`: what the runtime needs from a demo checkpoint travels as files beside it. Only
 the composition root's command line and the benchmarks (which build demo checkpoints to measure on) may."""
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PRODUCT = ("tessera", "config", "api", "console", "serving", "tenancy", "billing", "grounding", "jobs", "db")
+PRODUCT = ("tessera", "config", "api", "console", "serving", "tenancy", "billing", "grounding", "storage", "jobs", "db")
 # Each package's level: a package imports only packages on a lower level (or its own), never one above or beside
 # it, unless ALLOWED_SIDEWAYS says so.
 LEVEL = {
@@ -27,6 +27,7 @@ LEVEL = {
     "tenancy": 2,
     "billing": 2,
     "grounding": 2,
+    "storage": 2,
     "jobs": 2,
     "db": 1,
     "config": 0,
@@ -35,7 +36,8 @@ ALLOWED_SIDEWAYS = {
     "console": {"api"},  # the playground runs the chat path; sign-in uses api's authenticator and error mapper
     "tenancy": {"serving", "billing"},  # implements serving's caller policy; prices its usage with billing's book
     "grounding": {"serving"},  # subscribes to serving's completion records; reads what the towers detected
-    "jobs": {"serving", "tenancy", "billing", "grounding"},  # runs work through the same lease as a request
+    "storage": {"serving"},  # refuses with serving's typed errors
+    "jobs": {"serving", "tenancy", "billing", "grounding", "storage"},  # runs work through the same lease
 }
 # The demo factory may be imported only by the command line's wiring and by the benchmarks.
 DEMO_IMPORTERS = {"tessera/cli.py", "bench"}
