@@ -173,9 +173,7 @@ class Directory:
             )
         retention = fields.get("response_retention_days")
         if retention is not None and not (isinstance(retention, int) and 1 <= retention <= MAX_RETENTION_DAYS):
-            raise InvalidRequest(
-                f"response_retention_days must lie in [1, {MAX_RETENTION_DAYS}]", code="invalid_quota"
-            )
+            raise InvalidRequest(f"response_retention_days must lie in [1, {MAX_RETENTION_DAYS}]", code="invalid_quota")
         threshold = fields.get("grounding_threshold")
         if threshold is not None and not (isinstance(threshold, int | float) and 0.0 <= float(threshold) <= 1.0):
             raise InvalidRequest("grounding_threshold must be between 0 and 1", code="invalid_quota")

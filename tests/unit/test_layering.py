@@ -3,9 +3,10 @@
 `tessera -> api, console, bench -> serving, tenancy, billing, grounding, storage, jobs -> db, config`. Serving
 defines the caller policy, the grounding gate, the completion record and the engine interface; tenancy and grounding
 implement and subscribe to them, so they may import serving, never the reverse. The HTTP surface reaches data only
-through the domain packages. Console may use api's shared pieces (the chat path, auth, the error mapper); api never imports console.
-No product package imports `demo/`: what the runtime needs from a demo checkpoint travels as files beside it. Only
-the composition root's command line and the benchmarks (which build demo checkpoints to measure on) may."""
+through the domain packages. Console may use api's shared pieces (the chat path, auth, the error mapper); api never
+imports console. No product package imports `demo/`: what the runtime needs from a demo checkpoint travels as files
+beside it. Only the composition root's command line and the benchmarks (which build demo checkpoints to measure on)
+may."""
 
 import ast
 import subprocess
