@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-import uuid
 
 import httpx
 
@@ -11,26 +10,13 @@ from api.responses.rendering import lease_id
 from demo.world import Scene, Shape, png_bytes
 from grounding.guardrail import REFUSAL
 from tests import media
-from tests.conftest import ADMIN_KEY
+from tests.admin import new_tenant
 from tests.openai_wire import openai_client
-
-ADMIN = {"authorization": f"Bearer {ADMIN_KEY}"}
 
 
 def _tenant(server, policy: str, threshold: float = 0.9) -> str:
     """A new tenant under `policy`; returns its key."""
-    made = httpx.post(f"{server.base_url}/admin/tenants", headers=ADMIN, json={"name": f"guard-{uuid.uuid4().hex[:8]}"})
-    assert made.status_code in (200, 201), made.text
-    tenant = made.json()
-    put = httpx.put(
-        f"{server.base_url}/admin/tenants/{tenant['id']}/quota",
-        headers=ADMIN,
-        json={"grounding_policy": policy, "grounding_threshold": threshold, "tokens_per_minute": 10**6},
-    )
-    assert put.status_code == 200, put.text
-    assert put.json()["grounding_policy"] == policy
-    key = httpx.post(f"{server.base_url}/admin/tenants/{tenant['id']}/keys", headers=ADMIN, json={})
-    return key.json()["key"]
+    return new_tenant(server, "guard", grounding_policy=policy, grounding_threshold=threshold)
 
 
 def _red_circle() -> str:

@@ -255,8 +255,6 @@ UNENFORCEABLE = {"type": "object", "properties": {"a": {"$ref": "#/$defs/missing
 @pytest.mark.parametrize(
     ("param", "kw"),
     [
-        ("store", {"store": True}),
-        ("previous_response_id", {"previous_response_id": "resp_123"}),
         ("background", {"background": True}),
         ("conversation", {"conversation": "conv_123"}),
         ("include", {"include": ["message.output_text.logprobs"]}),
@@ -268,6 +266,7 @@ UNENFORCEABLE = {"type": "object", "properties": {"a": {"$ref": "#/$defs/missing
         ("input[0].content[0].file_id", _user({"type": "input_image", "file_id": "file-1"})),
         ("input[0].content[1].image_url", _user({"type": "input_text", "text": "x"}, BROKEN_IMAGE)),
         ("input[0].type", {"input": [{"type": "item_reference", "id": "msg_1"}]}),
+        ("previous_response_id", {"previous_response_id": ""}),
         ("text.format", {"text": {"format": {"type": "json_schema", "name": "b", "schema": UNENFORCEABLE}}}),
     ],
 )

@@ -40,10 +40,13 @@ def fleet_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         next(engine_iter)
 
 
-def _gateway_env(replicas: Sequence[Replica], db_url: str, data: Path, shared: Path) -> dict[str, str]:
+def _gateway_env(
+    replicas: Sequence[Replica], db_url: str, data: Path, shared: Path, *, flush: bool = True
+) -> dict[str, str]:
     import redis
 
-    redis.Redis.from_url(REDIS_URL).flushdb()
+    if flush:
+        redis.Redis.from_url(REDIS_URL).flushdb()
     return {
         **{k: v for k, v in os.environ.items() if not k.startswith("TESSERA_")},
         "TESSERA_PORT": str(free_port()),
@@ -54,7 +57,8 @@ def _gateway_env(replicas: Sequence[Replica], db_url: str, data: Path, shared: P
         "TESSERA_KEY_SECRET": KEY_SECRET,
         "TESSERA_API_KEY": API_KEY,
         "TESSERA_ADMIN_KEY": ADMIN_KEY,
-        "TESSERA_EMBEDDING_CACHE_DIR": str(shared),
+        "TESSERA_EMBEDDING_CACHE_DIR": str(shared / "embeddings"),
+        "TESSERA_FILES_DIR": str(shared / "files"),
         "TESSERA_GROUNDING": "false",
         "TESSERA_POOLS": json.dumps([{"name": "small", "aliases": ["8b"], "replicas": [r.url for r in replicas]}]),
     }
@@ -73,8 +77,20 @@ def gateway(replicas, fleet_db, shared_dir, tmp_path_factory) -> Iterator[LiveSe
 
 @pytest.fixture(scope="package")
 def gateway_b(gateway, replicas, fleet_db, shared_dir, tmp_path_factory) -> Iterator[LiveServer]:
-    """A second gateway: the same database, Redis, key secret and embedding store; started after the first, so
-    the migrations and the demo tenant exist."""
+    """A second gateway: the same database, Redis, key secret, embedding store and files volume; started after the
+    first, so the migrations and the demo tenant exist."""
     data = tmp_path_factory.mktemp("gateway-b")
     env = {**_gateway_env(replicas, fleet_db, data, shared_dir), "TESSERA_API_KEY": API_KEY}
     yield from run_server(env, data / "server.log")
+
+
+@pytest.fixture
+def another_gateway(gateway, replicas, fleet_db, shared_dir, tmp_path_factory):
+    """Starts a gateway process of the same fleet on demand (a replica started, or restarted, later)."""
+
+    def start() -> Iterator[LiveServer]:
+        data = tmp_path_factory.mktemp("gateway-late")
+        env = _gateway_env(replicas, fleet_db, data, shared_dir, flush=False)
+        return run_server(env, data / "server.log")
+
+    return start
