@@ -162,6 +162,9 @@ class Settings(BaseSettings):
         description="Where stored media (of stored responses) live, a folder every gateway replica reaches (a shared "
         "volume). Unset: `files` in `data_dir`.",
     )
+    job_poll_s: float = Field(
+        default=1.0, gt=0, description="How often an idle gateway looks for queued background work (jobs)."
+    )
     response_sweep_interval_s: float = Field(
         default=3600.0, gt=0, description="How often stored responses past their tenant's retention are deleted."
     )

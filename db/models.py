@@ -154,6 +154,28 @@ class StoredResponseMedia(SQLModel, table=True):
     sha256: str = Field(primary_key=True, max_length=64, index=True)
 
 
+class Job(SQLModel, table=True):
+    """Background work that outlives a request (a background response, a batch): claimed by one gateway replica at a
+    time under a lease it renews while it works, so a replica that dies hands its jobs to another."""
+
+    __tablename__ = "jobs"
+
+    id: str = Field(primary_key=True, max_length=64)
+    kind: str = Field(max_length=32)
+    tenant_id: str | None = Field(default=None, max_length=36, index=True)
+    status: str = Field(
+        default="queued", max_length=16, index=True
+    )  # queued | running | succeeded | failed | cancelled
+    payload: dict = Field(sa_column=Column(JSON, nullable=False))  # type: ignore[type-arg]
+    attempts: int = 0
+    owner: str | None = Field(default=None, max_length=64)
+    lease_until: datetime | None = None
+    cancel_requested: bool = False
+    error: str | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
 class ModelPrice(SQLModel, table=True):
     """Price per 1M tokens of one model and billable dimension, in millionths of the currency unit."""
 

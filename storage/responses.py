@@ -76,31 +76,54 @@ class ResponseStore:
         request_id: str,
         retention_days: int,
         previous_response_id: str | None = None,
-    ) -> None:
-        """Keeps a finished response. `media` holds the bytes of every sha256 the input items reference; they are
-        written to the blob store before the row that names them, so no stored row ever points at nothing."""
+    ) -> bool:
+        """Keeps a response (a background one as it is queued, then again when it ends). `media` holds the bytes of
+        every sha256 the input items reference; they are written to the blob store before the row that names
+        them, so no stored row ever points at nothing. A response cancelled in the meantime stays cancelled: then
+        nothing is saved and the answer is False."""
         for sha256, data in media.items():
             if self.blobs.put(data) != sha256:
                 raise ValueError(f"media bytes do not match their digest {sha256}")
         now = self._clock()
-        row = StoredResponse(
-            id=body["id"],
-            tenant_id=tenant_id,
-            request_id=request_id,
-            previous_response_id=previous_response_id,
-            model=body["model"],
-            status=body["status"],
-            body=body,
-            input_items=input_items,
-            created_at=now,
-            expires_at=now + timedelta(days=retention_days),
-        )
         with Session(self._db) as s:
+            row = s.get(StoredResponse, body["id"], with_for_update=True)
+            if row is not None and (row.tenant_id != tenant_id or row.status == "cancelled"):
+                return False
+            created = _aware(row.created_at) if row is not None else now
+            fields: dict[str, Any] = {
+                "request_id": request_id,
+                "previous_response_id": previous_response_id,
+                "model": body["model"],
+                "status": body["status"],
+                "body": body,
+                "input_items": input_items,
+                "expires_at": created + timedelta(days=retention_days),
+            }
+            if row is None:
+                row = StoredResponse(id=body["id"], tenant_id=tenant_id, created_at=created, **fields)
+            else:
+                for name, value in fields.items():
+                    setattr(row, name, value)
             s.add(row)
+            s.exec(delete(StoredResponseMedia).where(col(StoredResponseMedia.response_id) == row.id))  # type: ignore[call-overload]
             s.flush()
             for sha256 in sorted(media_of(input_items)):
                 s.add(StoredResponseMedia(response_id=row.id, sha256=sha256))
             s.commit()
+        return True
+
+    def set_status(self, tenant_id: str, response_id: str, status: str, error: dict[str, Any] | None = None) -> bool:
+        """Moves a stored response to `status` (a background one: in progress, failed, cancelled), unless it was
+        cancelled already; False when it was not moved."""
+        with Session(self._db) as s:
+            row = s.get(StoredResponse, response_id, with_for_update=True)
+            if row is None or row.tenant_id != tenant_id or row.status == "cancelled":
+                return False
+            row.status = status
+            row.body = {**row.body, "status": status, **({"error": error} if error is not None else {})}
+            s.add(row)
+            s.commit()
+        return True
 
     def get(self, tenant_id: str, response_id: str) -> StoredResponse:
         with Session(self._db) as s:

@@ -30,7 +30,13 @@ from api.routes.billing import BillingAdminController, PriceController, stripe_w
 from api.routes.chat import create_chat_completion
 from api.routes.models import list_models, retrieve_model
 from api.routes.ops import health, metrics
-from api.routes.responses import create_response, delete_response, list_input_items, retrieve_response
+from api.routes.responses import (
+    cancel_response,
+    create_response,
+    delete_response,
+    list_input_items,
+    retrieve_response,
+)
 from api.routes.usage import usage_receipt, usage_summary
 from config.settings import Settings
 from console.admin import AdminConsoleController
@@ -134,6 +140,7 @@ def create_app(
             retrieve_response,
             delete_response,
             list_input_items,
+            cancel_response,
             list_models,
             retrieve_model,
             usage_receipt,
@@ -210,6 +217,7 @@ def create_app(
             "cache": slot.provider(lambda s: s.cache),
             "grounding": slot.provider(lambda s: s.grounding),
             "stored_responses": slot.provider(lambda s: s.stored_responses),
+            "jobs": slot.provider(lambda s: s.jobs),
             "console_sessions": slot.provider(lambda s: ConsoleSessions(s.db, session_lifetime_s)),
             "signed_in": Provide(tenant_principal),
             "console_admin": Provide(admin_principal),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import os
@@ -22,11 +23,15 @@ import httpx
 from sqlalchemy import Engine
 
 from api.auth import Authenticator
+from api.responses.background import run_background_response
+from api.responses.service import BACKGROUND_JOB
 from billing.prices import PriceBook
 from billing.stripe_meters import StripeMeters
 from billing.worker import OutboxWorker
 from config.settings import PoolSettings, Settings
 from grounding.service import GroundingService
+from jobs.runner import JobRunner
+from jobs.runner import stop as stop_runner
 from serving.admission import AdmissionController
 from serving.background import BackgroundTasks
 from serving.encoders.cache import EmbeddingCache
@@ -77,6 +82,7 @@ class AppState:
     cache: EmbeddingCache | None = None
     grounding: GroundingService | None = None
     stored_responses: ResponseStore | None = None
+    jobs: JobRunner | None = None
 
 
 async def _stopped(task: asyncio.Task[None]) -> None:
@@ -214,11 +220,23 @@ async def build_state(settings: Settings, checkpoints: CheckpointResolver | None
             pinned_media=set(settings.pinned_media),
             shared_cache_salt=settings.shared_cache_salt,
         )
+        service = InferenceService(pipeline, MediaEncoder(ingest, cache), metrics, bus, tasks, gate=grounding)
+        quotas = QuotaGate(limiter, db, prices=prices)
+        background = functools.partial(
+            run_background_response,
+            directory=directory,
+            quotas=quotas,
+            service=service,
+            store=stored_responses,
+            default_max_tokens=settings.default_max_tokens,
+        )
+        jobs = JobRunner(db, {BACKGROUND_JOB: background}, poll_s=settings.job_poll_s)
+        stack.push_async_callback(stop_runner, asyncio.get_running_loop().create_task(jobs.run_forever()))
         yield AppState(
             settings=settings,
             pools=pools,
-            service=InferenceService(pipeline, MediaEncoder(ingest, cache), metrics, bus, tasks, gate=grounding),
-            quotas=QuotaGate(limiter, db, prices=prices),
+            service=service,
+            quotas=quotas,
             metrics=metrics,
             db=db,
             directory=directory,
@@ -230,6 +248,7 @@ async def build_state(settings: Settings, checkpoints: CheckpointResolver | None
             cache=cache,
             grounding=grounding,
             stored_responses=stored_responses,
+            jobs=jobs,
         )
 
 

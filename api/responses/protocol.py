@@ -104,6 +104,8 @@ class ResponsesRequest(_Loose):
     # stored response continued by id.
     store: StrictBool | None = None
     previous_response_id: str | None = Field(default=None, min_length=1, max_length=64)
+    # Run it as batch-priority work and answer at once with a `queued` response to poll.
+    background: StrictBool | None = None
     # Tessera's extensions, as on chat completions.
     priority: Literal["interactive", "batch"] = "interactive"
     allow_degraded: bool = False
@@ -112,7 +114,6 @@ class ResponsesRequest(_Loose):
 # OpenAI's fields that Tessera does not honour -> (the values that ask for nothing, why any other is refused).
 UNHONOURED: dict[str, tuple[tuple[Any, ...], str]] = {
     "conversation": ((None,), "named conversations are not supported; continue one with `previous_response_id`"),
-    "background": ((None, False), "background responses are not supported; send the request and wait for it"),
     "background_options": ((None,), "background responses are not supported"),
     "include": ((None, []), "no additional output data can be included"),
     "reasoning": ((None, {}), "the served models do not reason; leave `reasoning` out"),
@@ -134,6 +135,8 @@ UNHONOURED: dict[str, tuple[tuple[Any, ...], str]] = {
 
 
 ItemStatus = Literal["in_progress", "completed", "incomplete"]
+# A response's status; a background one is `queued` first, and may end `failed` or `cancelled`.
+ResponseStatus = Literal["queued", "in_progress", "completed", "incomplete", "failed", "cancelled"]
 
 
 def _omitted_when_none() -> Any:
@@ -207,7 +210,7 @@ class ResponseObject(BaseModel):
     id: str
     object: Literal["response"] = "response"
     created_at: int
-    status: ItemStatus
+    status: ResponseStatus
     background: bool = False
     error: dict[str, Any] | None = None
     incomplete_details: IncompleteDetails | None = None

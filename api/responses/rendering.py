@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
@@ -113,6 +114,32 @@ def finished(response: ResponseObject, completion: Completion, output: list[Outp
             "usage": wire_usage(completion.usage()),
         }
     )
+
+
+def queued_body(req: ResponsesRequest, response_id: str) -> dict[str, Any]:
+    """A background response as it is queued: no output yet, the request's parameters echoed."""
+    choice = req.tool_choice or "auto"
+    queued = ResponseObject(
+        id=response_id,
+        created_at=int(time.time()),
+        status="queued",
+        background=True,
+        instructions=req.instructions,
+        max_output_tokens=req.max_output_tokens,
+        model=req.model,
+        parallel_tool_calls=req.parallel_tool_calls is not False,
+        prompt_cache_key=req.prompt_cache_key,
+        safety_identifier=req.safety_identifier,
+        temperature=req.temperature if req.temperature is not None else 1.0,
+        tool_choice=choice if isinstance(choice, str) else choice.model_dump(mode="json"),
+        tools=[t.model_dump(mode="json") for t in req.tools or []],
+        top_p=req.top_p if req.top_p is not None else 1.0,
+        user=req.user,
+        metadata=req.metadata or {},
+        store=True,
+        previous_response_id=req.previous_response_id,
+    )
+    return _dump(queued)
 
 
 def _item_id(prefix: str) -> str:

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import re
+import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from litestar import Response
@@ -16,17 +18,82 @@ from litestar.response import Stream
 
 from api.responses.parsing import Conversation, generation_request, to_conversation
 from api.responses.protocol import ResponsesRequest
-from api.responses.rendering import complete_body, headers, refusal, stream
-from api.responses.storing import earlier_turns, own_items, save, stores
+from api.responses.rendering import RESPONSE_PREFIX, complete_body, headers, queued_body, refusal, stream
+from api.responses.storing import earlier_turns, own_items, retention_days, save, stores, tenant_of
 from grounding.guardrail import REFUSAL
+from jobs.runner import JobRunner
 from serving.completion import Completion
 from serving.errors import InvalidRequest, TesseraError
-from serving.service import InferenceService
+from serving.service import GenerationRequest, InferenceService
 from storage.responses import ResponseStore
 from tenancy.directory import Principal
 from tenancy.quotas import QuotaGate
 
+BACKGROUND_JOB = "response"
 _INPUT_ITEM = re.compile(r"input\[(\d+)\]")
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One request to the Responses API made ready: the conversation it continues replayed ahead of its own
+    input, the request serving takes, and whether it is stored."""
+
+    req: ResponsesRequest  # the client's request, with `store` resolved
+    principal: Principal
+    store: ResponseStore | None
+    earlier: int  # items replayed from the conversation ahead of the request's own
+    conversation: Conversation
+    request: GenerationRequest
+
+    @property
+    def param(self) -> Callable[[str | None], str | None]:
+        return _param(self.conversation, self.earlier)
+
+    async def keep(self, body: dict[str, Any], completion: Completion) -> None:
+        if self.req.store and self.store is not None:
+            await asyncio.to_thread(save, self.store, self.principal, self.req, body, completion, self.earlier)
+
+
+def prepare(
+    req: ResponsesRequest, principal: Principal, store: ResponseStore | None, *, default_max_tokens: int
+) -> Turn:
+    """Resolves `store`, replays the conversation `previous_response_id` continues, and builds the request."""
+    stored = store is not None and stores(req, principal)
+    req = req.model_copy(update={"store": stored})
+    earlier = []
+    if req.previous_response_id is not None:
+        if store is None:
+            raise InvalidRequest("this server keeps no responses", param="previous_response_id")
+        earlier = earlier_turns(store, principal, req.previous_response_id)
+    full = req.model_copy(update={"input": [*earlier, *own_items(req)]}) if earlier else req
+    conversation = to_conversation(full)
+    return Turn(
+        req, principal, store, len(earlier), conversation, generation_request(full, conversation, default_max_tokens)
+    )
+
+
+async def answer_whole(
+    turn: Turn, service: InferenceService, quotas: QuotaGate, *, finish: Callable[[dict[str, Any]], None] | None = None
+) -> tuple[dict[str, Any], Completion]:
+    """The whole answer through the caller's guardrail, rendered as a `response` object and kept when stored;
+    `finish` may amend the body before it is kept."""
+    req = turn.req
+
+    async def render(completion: Completion) -> dict[str, Any]:
+        return await complete_body(req, completion)
+
+    try:
+        answer = await service.answer(turn.request, quotas.policy(turn.principal), render)
+    except TesseraError as exc:
+        exc.param = turn.param(exc.param)
+        raise
+    body = refusal(answer.body, REFUSAL) if answer.refused else answer.body
+    if (verdict := answer.grounding()) is not None:
+        body["grounding"] = verdict
+    if finish is not None:
+        finish(body)
+    await turn.keep(body, answer.completion)
+    return body, answer.completion
 
 
 async def create_response(
@@ -37,43 +104,71 @@ async def create_response(
     store: ResponseStore | None,
     *,
     default_max_tokens: int,
+    jobs: JobRunner | None = None,
 ) -> Response[Any] | Stream:
     """A request `parse_responses_request` has read (the route's body DTO runs it): continue its conversation,
-    start it, render it, and keep it when it is stored."""
-    stored = store is not None and stores(req, principal)
-    req = req.model_copy(update={"store": stored})
-    earlier = []
-    if req.previous_response_id is not None:
-        if store is None:
-            raise InvalidRequest("this server keeps no responses", param="previous_response_id")
-        earlier = earlier_turns(store, principal, req.previous_response_id)
-    full = req.model_copy(update={"input": [*earlier, *own_items(req)]}) if earlier else req
-    conversation = to_conversation(full)
-    request = generation_request(full, conversation, default_max_tokens)
-    policy = quotas.policy(principal)
+    start it (or queue it, in the background), render it, and keep it when it is stored."""
+    turn = prepare(req, principal, store, default_max_tokens=default_max_tokens)
+    if turn.req.background:
+        return Response(await queue(turn, jobs), status_code=200)
+    if turn.req.stream:
+        policy = quotas.policy(principal)
+        try:
+            completion = await service.start(turn.request, policy)
+        except TesseraError as exc:
+            exc.param = turn.param(exc.param)
+            raise
+        verdict = service.stream_verdict(policy, completion)
+        return await stream(turn.req, completion, turn.param, verdict, turn.keep)
+    body, completion = await answer_whole(turn, service, quotas)
+    return Response(body, headers=headers(completion))
 
-    async def keep(body: dict[str, Any], completion: Completion) -> None:
-        if stored and store is not None:
-            await asyncio.to_thread(save, store, principal, req, body, completion, len(earlier))
 
+async def queue(turn: Turn, jobs: JobRunner | None) -> dict[str, Any]:
+    """A background response: stored as `queued` and handed to the job runner (api.responses.background runs it
+    as batch-priority work); the client polls `GET /v1/responses/{id}` or cancels it."""
+    req, store = turn.req, turn.store
+    if jobs is None or store is None:
+        raise InvalidRequest("this server runs no background responses", param="background")
+    if not req.store:
+        raise InvalidRequest("a background response must be stored; leave out `store: false`", param="store")
+    if req.stream:
+        raise InvalidRequest("a background response does not stream; poll GET /v1/responses/{id}", param="stream")
+    token = uuid.uuid4().hex
+    body = queued_body(req, RESPONSE_PREFIX + token)
+    tenant = tenant_of(turn.principal)
+    await asyncio.to_thread(
+        store.save,
+        tenant_id=tenant,
+        body=body,
+        input_items=[],
+        media={},
+        request_id="",
+        retention_days=retention_days(turn.principal),
+        previous_response_id=req.previous_response_id,
+    )
+    payload = {
+        "response_id": body["id"],
+        "key_id": turn.principal.key_id,
+        "request": req.model_dump(mode="json", exclude_none=True),
+    }
     try:
-        if req.stream:
-            completion = await service.start(request, policy)
-            awaited = service.stream_verdict(policy, completion)
-            return await stream(req, completion, _param(conversation, len(earlier)), awaited, keep)
-
-        async def render(completion: Completion) -> dict[str, Any]:
-            return await complete_body(req, completion)
-
-        answer = await service.answer(request, policy, render)
-    except TesseraError as exc:
-        exc.param = _param(conversation, len(earlier))(exc.param)
+        await asyncio.to_thread(jobs.enqueue, BACKGROUND_JOB, payload, tenant_id=tenant, job_id=job_id(body["id"]))
+    except Exception:
+        await asyncio.to_thread(
+            store.set_status,
+            tenant,
+            body["id"],
+            "failed",
+            {"code": "server_error", "message": "the response could not be queued"},
+        )
         raise
-    body = refusal(answer.body, REFUSAL) if answer.refused else answer.body
-    if (verdict := answer.grounding()) is not None:
-        body["grounding"] = verdict
-    await keep(body, answer.completion)
-    return Response(body, headers=headers(answer.completion))
+    return body
+
+
+def job_id(response_id: str) -> str:
+    """The job that runs a background response."""
+    return "job_" + response_id.removeprefix(RESPONSE_PREFIX)
 
 
 def _param(conversation: Conversation, earlier: int) -> Callable[[str | None], str | None]:

@@ -14,9 +14,11 @@ from api.openapi import PRECHECK, ParsedBody, StreamingOperation, answer, errors
 from api.responses.parsing import parse_responses_request
 from api.responses.protocol import DeletedResponse, InputItemList, ResponseObject, ResponsesRequest
 from api.responses.service import create_response as respond
+from api.responses.service import job_id
 from api.responses.storing import listed, tenant_of
 from config.settings import Settings
-from serving.errors import NotFound
+from jobs.runner import JobRunner
+from serving.errors import InvalidRequest, NotFound
 from serving.service import InferenceService
 from storage.responses import ResponseStore
 from tenancy.directory import Principal
@@ -47,9 +49,16 @@ async def create_response(
     quotas: NamedDependency[QuotaGate],
     settings: NamedDependency[Settings],
     stored_responses: NamedDependency[ResponseStore | None],
+    jobs: NamedDependency[JobRunner | None],
 ) -> Response[Any] | Stream:
     return await respond(
-        data, principal, service, quotas, stored_responses, default_max_tokens=settings.default_max_tokens
+        data,
+        principal,
+        service,
+        quotas,
+        stored_responses,
+        default_max_tokens=settings.default_max_tokens,
+        jobs=jobs,
     )
 
 
@@ -60,7 +69,8 @@ def _store(stored_responses: ResponseStore | None) -> ResponseStore:
 
 
 @get(
-    "/v1/responses/{response_id:str}", responses={**answer(ResponseObject, "The stored response."), **errors(401, 404)}
+    "/v1/responses/{response_id:str}",
+    responses={**answer(ResponseObject, "The stored response."), **errors(400, 401, 404)},
 )
 async def retrieve_response(
     response_id: FromPath[str],
@@ -76,7 +86,7 @@ async def retrieve_response(
     status_code=200,
     responses={
         **answer(DeletedResponse, "The response and the media no other stored response uses are gone."),
-        **errors(401, 404),
+        **errors(400, 401, 404),
     },
 )
 async def delete_response(
@@ -86,6 +96,30 @@ async def delete_response(
 ) -> DeletedResponse:
     await asyncio.to_thread(_store(stored_responses).delete, tenant_of(principal), response_id)
     return DeletedResponse(id=response_id)
+
+
+@post(
+    "/v1/responses/{response_id:str}/cancel",
+    status_code=200,
+    responses={
+        **answer(ResponseObject, "The background response, cancelled unless it had ended."),
+        **errors(400, 401, 404),
+    },
+)
+async def cancel_response(
+    response_id: FromPath[str],
+    principal: NamedDependency[Principal],
+    stored_responses: NamedDependency[ResponseStore | None],
+    jobs: NamedDependency[JobRunner | None],
+) -> dict[str, Any]:
+    store, tenant = _store(stored_responses), tenant_of(principal)
+    row = await asyncio.to_thread(store.get, tenant, response_id)
+    if not row.body.get("background"):
+        raise InvalidRequest("only a background response can be cancelled", param="response_id")
+    if row.status in ("queued", "in_progress") and jobs is not None:
+        await asyncio.to_thread(store.set_status, tenant, response_id, "cancelled")
+        await asyncio.to_thread(jobs.cancel, job_id(response_id))
+    return dict((await asyncio.to_thread(store.get, tenant, response_id)).body)
 
 
 @get(

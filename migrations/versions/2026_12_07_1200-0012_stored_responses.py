@@ -1,4 +1,5 @@
-"""stored responses: the Responses API's stored responses and the media blobs they use; per-tenant storage settings
+"""stored responses and jobs: the Responses API's stored responses and the media blobs they use, per-tenant
+storage settings, and the background job table
 
 Revision ID: 0012
 Revises: 0011
@@ -42,9 +43,29 @@ def upgrade() -> None:
         sa.Column("sha256", sa.String(64), primary_key=True),
     )
     op.create_index("ix_stored_response_media_sha256", "stored_response_media", ["sha256"])
+    op.create_table(
+        "jobs",
+        sa.Column("id", sa.String(64), primary_key=True),
+        sa.Column("kind", sa.String(32), nullable=False),
+        sa.Column("tenant_id", sa.String(36), nullable=True),
+        sa.Column("status", sa.String(16), nullable=False),
+        sa.Column("payload", sa.JSON(), nullable=False),
+        sa.Column("attempts", sa.Integer(), nullable=False, server_default="0"),
+        sa.Column("owner", sa.String(64), nullable=True),
+        sa.Column("lease_until", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("cancel_requested", sa.Boolean(), nullable=False, server_default=sa.false()),
+        sa.Column("error", sa.Text(), nullable=True),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+    )
+    op.create_index("ix_jobs_tenant_id", "jobs", ["tenant_id"])
+    op.create_index("ix_jobs_status", "jobs", ["status"])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_jobs_status", table_name="jobs")
+    op.drop_index("ix_jobs_tenant_id", table_name="jobs")
+    op.drop_table("jobs")
     op.drop_index("ix_stored_response_media_sha256", table_name="stored_response_media")
     op.drop_table("stored_response_media")
     op.drop_index("ix_stored_responses_expires_at", table_name="stored_responses")

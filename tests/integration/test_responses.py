@@ -255,7 +255,8 @@ UNENFORCEABLE = {"type": "object", "properties": {"a": {"$ref": "#/$defs/missing
 @pytest.mark.parametrize(
     ("param", "kw"),
     [
-        ("background", {"background": True}),
+        ("stream", {"background": True, "stream": True}),
+        ("store", {"background": True, "store": False}),
         ("conversation", {"conversation": "conv_123"}),
         ("include", {"include": ["message.output_text.logprobs"]}),
         ("reasoning", {"reasoning": {"effort": "low"}}),

@@ -5,6 +5,7 @@ conversation, and a tenant that stores nothing."""
 from __future__ import annotations
 
 import base64
+import time
 
 import httpx
 import openai
@@ -144,3 +145,35 @@ def test_an_unknown_previous_response_is_a_404_naming_it(server):
     )
     assert resp.status_code == 404, resp.text
     assert resp.json()["error"]["param"] == "previous_response_id"
+
+
+def _until_done(client, response_id: str, timeout_s: float = 120.0):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = client.responses.retrieve(response_id)
+        if got.status not in ("queued", "in_progress"):
+            return got
+        assert time.monotonic() < deadline, f"{response_id} still {got.status}"
+        time.sleep(0.2)
+
+
+def test_a_background_response_is_queued_then_answered(client):
+    queued = _ask(client, input=_first_turn(), background=True)
+    assert (queued.status, queued.background, queued.output) == ("queued", True, [])
+    done = _until_done(client, queued.id)
+    assert (done.id, done.status, done.background) == (queued.id, "completed", True)
+    assert done.output_text
+    assert done.usage.input_tokens_details.model_dump()["image_tokens"] > 0
+    # it is a stored response like any other: it can be continued
+    assert _ask(client, input="Go on.", previous_response_id=done.id).previous_response_id == done.id
+
+
+def test_a_background_response_cancelled_stays_cancelled(client):
+    queued = _ask(client, input="Count from one to a hundred.", background=True, max_output_tokens=200)
+    cancelled = client.responses.cancel(queued.id)
+    assert cancelled.status == "cancelled"
+    time.sleep(2)  # a run already under way ends without overwriting the cancellation
+    assert client.responses.retrieve(queued.id).status == "cancelled"
+    with pytest.raises(openai.BadRequestError) as exc:
+        client.responses.cancel(_ask(client, input="Hi.").id)  # only background responses can be cancelled
+    assert exc.value.body["param"] == "response_id"
