@@ -22,6 +22,7 @@ from config.settings import Settings
 from console.pages import money, page, toasted
 from serving.errors import InvalidRequest
 from serving.pools import PoolRegistry
+from storage.responses import ResponseStore
 from tenancy.directory import Principal
 from tenancy.metering import MIXES, STATUSES, receipt, record_feedback, requests_page
 
@@ -119,16 +120,21 @@ class RequestsController(Controller):
         signed_in: NamedDependency[Principal],
         db: NamedDependency[Engine],
         settings: NamedDependency[Settings],
+        stored_responses: NamedDependency[ResponseStore | None],
     ) -> Template:
         found = await asyncio.to_thread(receipt, db, signed_in.tenant_id, request_id)
         if found is None:
             raise NotFoundException(f"no request '{request_id}' for this tenant")
+        conversation = None
+        if stored_responses is not None and signed_in.tenant_id is not None:
+            conversation = await asyncio.to_thread(stored_responses.conversation_of, signed_in.tenant_id, request_id)
         return page(
             "console/receipt.html.jinja2",
             area="tenant",
             active="requests",
             tenant=signed_in.tenant_name,
             r=_row(found, settings.grounding),
+            conversation=conversation,
         )
 
     @get("/{request_id:str}/summary")

@@ -135,7 +135,7 @@ class StoredResponse(SQLModel, table=True):
 
     id: str = Field(primary_key=True, max_length=64)  # resp_<hex>
     tenant_id: str = Field(max_length=36, index=True)
-    request_id: str = Field(max_length=64)  # the lease that answered (its usage row)
+    request_id: str = Field(max_length=64, index=True)  # the lease that answered (its usage row)
     previous_response_id: str | None = Field(default=None, max_length=64, index=True)
     model: str = Field(max_length=128)
     status: str = Field(max_length=16)

@@ -46,6 +46,13 @@ def media_of(items: list[dict[str, Any]]) -> set[str]:
 
 
 @dataclass(frozen=True)
+class Conversation:
+    turns: list[StoredResponse]  # oldest first, up to and including `current`
+    current: str
+    continued_by: list[StoredResponse]
+
+
+@dataclass(frozen=True)
 class Page:
     data: list[dict[str, Any]]
     has_more: bool
@@ -156,6 +163,33 @@ class ResponseStore:
             found.append(row)
             next_id = row.previous_response_id
         return found[::-1]
+
+    def conversation_of(self, tenant_id: str, request_id: str) -> Conversation | None:
+        """The conversation of the stored response a request answered, for the console: the turns up to it
+        (oldest first, as far as they are still stored) and the responses that continued it."""
+        with Session(self._db) as s:
+            row = s.exec(
+                select(StoredResponse).where(
+                    StoredResponse.request_id == request_id, StoredResponse.tenant_id == tenant_id
+                )
+            ).first()
+            if row is None:
+                return None
+            later = s.exec(
+                select(StoredResponse)
+                .where(StoredResponse.previous_response_id == row.id, StoredResponse.tenant_id == tenant_id)
+                .order_by(col(StoredResponse.created_at))
+            ).all()
+        earlier: list[StoredResponse] = []
+        link = row.previous_response_id
+        while link is not None and len(earlier) < MAX_CHAIN:
+            try:
+                previous = self.get(tenant_id, link)
+            except NotFound:
+                break
+            earlier.append(previous)
+            link = previous.previous_response_id
+        return Conversation([*earlier[::-1], row], row.id, list(later))
 
     def input_items(
         self, tenant_id: str, response_id: str, *, after: str | None = None, limit: int = 20, order: str = "desc"

@@ -35,6 +35,7 @@ def upgrade() -> None:
         sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
     )
     op.create_index("ix_stored_responses_tenant_id", "stored_responses", ["tenant_id"])
+    op.create_index("ix_stored_responses_request_id", "stored_responses", ["request_id"])
     op.create_index("ix_stored_responses_previous_response_id", "stored_responses", ["previous_response_id"])
     op.create_index("ix_stored_responses_expires_at", "stored_responses", ["expires_at"])
     op.create_table(
@@ -70,6 +71,7 @@ def downgrade() -> None:
     op.drop_table("stored_response_media")
     op.drop_index("ix_stored_responses_expires_at", table_name="stored_responses")
     op.drop_index("ix_stored_responses_previous_response_id", table_name="stored_responses")
+    op.drop_index("ix_stored_responses_request_id", table_name="stored_responses")
     op.drop_index("ix_stored_responses_tenant_id", table_name="stored_responses")
     op.drop_table("stored_responses")
     with op.batch_alter_table("tenant_quota") as batch:

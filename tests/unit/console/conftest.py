@@ -14,6 +14,8 @@ from api.auth import Authenticator
 from config.settings import Settings
 from serving.metrics import ServerMetrics
 from serving.pools import PoolRegistry
+from storage.blobs import BlobStore
+from storage.responses import ResponseStore
 from tenancy.directory import Directory
 from tenancy.limits import InProcessLimiter
 from tessera.app import create_app
@@ -78,6 +80,7 @@ def console(tmp_path, db, directory) -> Iterator[Callable[..., TestClient[Any]]]
                 demo_key_new=False,
                 prices=None,  # type: ignore[arg-type]
                 limiter=InProcessLimiter(),
+                stored_responses=ResponseStore(db, BlobStore(tmp_path / "files")),
             )
 
         app = create_app(settings, state_factory=light_state)

@@ -313,3 +313,32 @@ def test_the_quota_form_saves_the_guardrail_policy_and_threshold(db, acme, admin
         assert refused.status_code == 400, bad
     with Session(db) as s:
         assert s.get(TenantQuota, acme).grounding_policy == "block"
+
+
+def test_a_receipt_links_a_stored_response_to_its_conversation(db, acme, tenant, tmp_path):
+    from storage.blobs import BlobStore
+    from storage.responses import ResponseStore
+
+    store = ResponseStore(db, BlobStore(tmp_path / "files"))
+    previous = None
+    for n in (1, 2, 3):
+        _add(db, _row(f"req-{n}", acme))
+        body = {"id": f"resp_{n}", "model": "small", "status": "completed", "output": []}
+        store.save(
+            tenant_id=acme,
+            body=body,
+            input_items=[],
+            media={},
+            request_id=f"req-{n}",
+            retention_days=30,
+            previous_response_id=previous,
+        )
+        previous = f"resp_{n}"
+    page = tenant.get("/console/requests/req-2").text
+    section = page[page.index('id="conversation"') :]
+    assert 'href="/console/requests/req-1"><code>resp_1</code>' in section
+    assert "<strong><code>resp_2</code></strong> (this request)" in section
+    assert _text(section.split("Continued by:")[1]).startswith(" resp_3")
+    assert 'href="/console/requests/req-3"' in section
+    first = tenant.get("/console/requests/req-1").text
+    assert 'Continued by: <a href="/console/requests/req-2"><code>resp_2</code>' in re.sub(r"\s+", " ", first)
