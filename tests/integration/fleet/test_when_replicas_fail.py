@@ -125,7 +125,7 @@ def test_a_replica_dying_mid_answer(replicas, restartable):
     """A replica fails after its first delta. An answer the client gets whole (not streamed) has shown nothing
     yet, so it is restarted on another replica and succeeds; a streamed one has already shown its first delta,
     so it fails rather than splice two answers."""
-    from serving.engines.base import EngineUnavailable
+    from serving.errors import EngineUnavailable
     from serving.engines.remote import RemoteEngine, RemoteSettings
 
     dying = _DiesMidAnswer()
