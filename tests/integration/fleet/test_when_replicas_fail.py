@@ -125,8 +125,8 @@ def test_a_replica_dying_mid_answer(replicas, restartable):
     """A replica fails after its first delta. An answer the client gets whole (not streamed) has shown nothing
     yet, so it is restarted on another replica and succeeds; a streamed one has already shown its first delta,
     so it fails rather than splice two answers."""
-    from serving.errors import EngineUnavailable
     from serving.engines.remote import RemoteEngine, RemoteSettings
+    from serving.errors import EngineUnavailable
 
     dying = _DiesMidAnswer()
 
