@@ -71,12 +71,29 @@ def wire_usage(usage: TokenUsage) -> ResponseUsage:
     )
 
 
+def _echoed(req: ResponsesRequest) -> dict[str, Any]:
+    """The request's parameters as every response object echoes them."""
+    choice = req.tool_choice or "auto"
+    text = req.text.model_dump(mode="json", by_alias=True) if req.text else {"format": {"type": "text"}}
+    return {
+        "instructions": req.instructions,
+        "parallel_tool_calls": req.parallel_tool_calls is not False,
+        "prompt_cache_key": req.prompt_cache_key,
+        "safety_identifier": req.safety_identifier,
+        "text": {**text, "verbosity": text.get("verbosity") or "medium"},
+        "tool_choice": choice if isinstance(choice, str) else choice.model_dump(mode="json"),
+        "tools": [t.model_dump(mode="json") for t in req.tools or []],
+        "user": req.user,
+        "metadata": req.metadata or {},
+        "store": bool(req.store),
+        "previous_response_id": req.previous_response_id,
+    }
+
+
 def skeleton(req: ResponsesRequest, completion: Completion) -> ResponseObject:
     """The response as it starts: in progress, no output yet, and the request's parameters echoed."""
-    choice = req.tool_choice or "auto"
     s = completion.submission
     params = s.engine_request.params
-    text = req.text.model_dump(mode="json", by_alias=True) if req.text else {"format": {"type": "text"}}
     degraded = None
     if s.degraded:
         reason = "the encoder pool was unavailable; answered without that media"
@@ -85,22 +102,12 @@ def skeleton(req: ResponsesRequest, completion: Completion) -> ResponseObject:
         id=response_id(completion.request_id),
         created_at=s.created,
         status="in_progress",
-        instructions=req.instructions,
         max_output_tokens=params.max_tokens,
         model=completion.model,
-        parallel_tool_calls=req.parallel_tool_calls is not False,
-        prompt_cache_key=req.prompt_cache_key,
-        safety_identifier=req.safety_identifier,
         temperature=params.temperature,
-        text={**text, "verbosity": text.get("verbosity") or "medium"},
-        tool_choice=choice if isinstance(choice, str) else choice.model_dump(mode="json"),
-        tools=[t.model_dump(mode="json") for t in req.tools or []],
         top_p=params.top_p,
-        user=req.user,
-        metadata=req.metadata or {},
-        store=bool(req.store),
-        previous_response_id=req.previous_response_id,
         degraded=degraded,
+        **_echoed(req),
     )
 
 
@@ -118,26 +125,16 @@ def finished(response: ResponseObject, completion: Completion, output: list[Outp
 
 def queued_body(req: ResponsesRequest, response_id: str) -> dict[str, Any]:
     """A background response as it is queued: no output yet, the request's parameters echoed."""
-    choice = req.tool_choice or "auto"
     queued = ResponseObject(
         id=response_id,
         created_at=int(time.time()),
         status="queued",
         background=True,
-        instructions=req.instructions,
         max_output_tokens=req.max_output_tokens,
         model=req.model,
-        parallel_tool_calls=req.parallel_tool_calls is not False,
-        prompt_cache_key=req.prompt_cache_key,
-        safety_identifier=req.safety_identifier,
         temperature=req.temperature if req.temperature is not None else 1.0,
-        tool_choice=choice if isinstance(choice, str) else choice.model_dump(mode="json"),
-        tools=[t.model_dump(mode="json") for t in req.tools or []],
         top_p=req.top_p if req.top_p is not None else 1.0,
-        user=req.user,
-        metadata=req.metadata or {},
-        store=True,
-        previous_response_id=req.previous_response_id,
+        **_echoed(req.model_copy(update={"store": True})),
     )
     return _dump(queued)
 

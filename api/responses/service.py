@@ -51,7 +51,8 @@ class Turn:
 
     async def keep(self, body: dict[str, Any], completion: Completion) -> None:
         if self.req.store and self.store is not None:
-            await asyncio.to_thread(save, self.store, self.principal, self.req, body, completion, self.earlier)
+            where = self.conversation.param
+            await asyncio.to_thread(save, self.store, self.principal, self.req, body, completion, self.earlier, where)
 
 
 def prepare(

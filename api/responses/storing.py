@@ -14,11 +14,12 @@ import base64
 import hashlib
 import re
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from api.responses.protocol import InputItem, ResponsesRequest
 from serving.completion import Completion
-from serving.errors import InvalidRequest
+from serving.errors import InternalFailure, InvalidRequest
 from storage.blobs import BlobMissing
 from storage.responses import ResponseStore
 from tenancy.directory import Principal
@@ -62,10 +63,12 @@ def save(
     body: dict[str, Any],
     completion: Completion,
     earlier: int,
+    where: Callable[[str | None], str | None],
 ) -> None:
     """Keeps a finished response to `req` (the client's own request): the conversation it continued replayed
-    `earlier` items ahead of its input, so its own items start there in what serving saw."""
-    media = _media_by_item(completion, earlier)
+    `earlier` items ahead of its input, so its own items start there in what serving saw; `where` maps serving's
+    name of a medium's place (`messages[1].content[0].image_url.url`) to the input's (`input[0].content[0]...`)."""
+    media = _media_by_item(completion, earlier, where)
     items: list[dict[str, Any]] = []
     blobs: dict[str, bytes] = {}
     for i, item in enumerate(own_items(req)):
@@ -101,11 +104,13 @@ def own_items(req: ResponsesRequest) -> list[InputItem]:
     return [InputItem.model_validate(text)]
 
 
-def _media_by_item(completion: Completion, earlier: int) -> dict[int, dict[int, bytes]]:
+def _media_by_item(
+    completion: Completion, earlier: int, where: Callable[[str | None], str | None]
+) -> dict[int, dict[int, bytes]]:
     """The request's media bytes by (own item index, content index), from the params serving kept them under."""
     found: dict[int, dict[int, bytes]] = {}
     for param, raw in completion.submission.media:
-        at = _MEDIA_PARAM.match(param)
+        at = _MEDIA_PARAM.match(where(param) or "")
         if at is not None and int(at[1]) >= earlier:
             found.setdefault(int(at[1]) - earlier, {})[int(at[2])] = raw
     return found
@@ -124,8 +129,7 @@ def _stored_part(part: dict[str, Any], raw: bytes | None, blobs: dict[str, bytes
     kind = part.get("type")
     if kind not in ("input_image", "input_audio"):
         return part
-    if raw is None:
-        raise InvalidRequest("a media part's bytes were not kept by the request path", param="store")
+    raw = raw if raw is not None else _inline_bytes(part)
     sha256 = hashlib.sha256(raw).hexdigest()
     blobs[sha256] = raw
     if kind == "input_audio":
@@ -135,6 +139,18 @@ def _stored_part(part: dict[str, Any], raw: bytes | None, blobs: dict[str, bytes
     url = str(part.get("image_url") or "")
     kept = {"sha256": sha256, "mime": _image_mime(url, raw)}
     return {**part, "image_url": None if url.startswith("data:") else url, "media": kept}
+
+
+def _inline_bytes(part: dict[str, Any]) -> bytes:
+    """A medium's bytes from the part itself, where it carries them (a data URL, base64 audio): the fallback when
+    serving kept none for it. A URL's bytes are only ever taken from what serving fetched."""
+    inline = (part.get("input_audio") or {}).get("data") if part.get("type") == "input_audio" else None
+    url = str(part.get("image_url") or "")
+    if inline is None and url.startswith("data:") and "," in url:
+        inline = url.split(",", 1)[1]
+    if inline is None:
+        raise InternalFailure("the bytes of a fetched medium were not kept; the response was not stored")
+    return base64.b64decode(inline)
 
 
 def _image_mime(url: str, raw: bytes) -> str:

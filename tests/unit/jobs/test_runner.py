@@ -4,20 +4,13 @@ running, a lapsed lease hands a job to another runner, and a job whose runners k
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 
 from jobs.runner import JobRunner
+from tests.clock import Clock
 from tests.dbs import migrated
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = datetime(2026, 12, 1, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -4,26 +4,19 @@ no other response uses, and swept past their retention on a clock the test moves
 from __future__ import annotations
 
 import hashlib
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 
 from serving.errors import InvalidRequest, NotFound
 from storage.blobs import BlobMissing, BlobStore
 from storage.responses import MAX_CHAIN, ResponseStore
+from tests.clock import Clock
 from tests.dbs import migrated
 
 PNG = b"\x89PNG fake image bytes"
 WAV = b"RIFF fake audio bytes"
 SHA_PNG, SHA_WAV = hashlib.sha256(PNG).hexdigest(), hashlib.sha256(WAV).hexdigest()
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = datetime(2026, 12, 1, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
