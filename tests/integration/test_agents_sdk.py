@@ -27,7 +27,7 @@ def test_a_runner_with_a_tool_then_a_run_that_continues_it(server):
     async def runs():
         client = AsyncOpenAI(base_url=server.v1, api_key=API_KEY, max_retries=0, timeout=120)
         model = OpenAIResponsesModel(model="large", openai_client=client)
-        settings = ModelSettings(temperature=0, max_tokens=48, tool_choice="required")
+        settings = ModelSettings(temperature=0, max_tokens=48, tool_choice="required", parallel_tool_calls=False)
         weather = Agent(
             name="weather",
             instructions="Answer questions about the weather with the get_weather tool.",

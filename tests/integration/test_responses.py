@@ -55,7 +55,7 @@ def test_text_input_answers_as_a_typed_response(client, model):
     Response.model_validate(json.loads(raw.text))  # every required field is there, with its type
     assert resp.id.startswith("resp_")
     assert raw.headers["x-tessera-request-id"] == "chatcmpl-" + resp.id.removeprefix("resp_")
-    assert (resp.object, resp.model, resp.metadata, resp.store) == ("response", model, {"k": "v"}, False)
+    assert (resp.object, resp.model, resp.metadata, resp.store) == ("response", model, {"k": "v"}, True)
     assert resp.status in ("completed", "incomplete")
     assert resp.output[0].type == "message"
     assert resp.output[0].content[0].type == "output_text"

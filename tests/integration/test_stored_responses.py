@@ -39,7 +39,7 @@ def test_a_response_is_stored_retrieved_listed_and_deleted(client):
     assert (got.id, got.output_text, got.usage.input_tokens) == (made.id, made.output_text, made.usage.input_tokens)
     assert got.model_dump()["output"] == made.model_dump()["output"]
 
-    items = client.responses.input_items.list(made.id).model_dump()
+    items = client.responses.input_items.list(made.id).model_dump(exclude_none=True)
     assert items["has_more"] is False
     (item,) = items["data"]
     assert item["id"].startswith("msg_")
@@ -103,7 +103,7 @@ def test_a_continued_conversation_costs_what_the_whole_conversation_does(client)
     assert third.usage.input_tokens == stateless.usage.input_tokens
     assert third.output_text == stateless.output_text  # greedy: the same prompt gives the same answer
 
-    listed = client.responses.input_items.list(third.id).model_dump()["data"]
+    listed = client.responses.input_items.list(third.id).model_dump(exclude_none=True)["data"]
     assert [i["content"] for i in listed] == [[{"type": "input_text", "text": "Describe it in one word."}]]
 
 
@@ -161,7 +161,8 @@ def test_a_background_response_is_queued_then_answered(client):
     queued = _ask(client, input=_first_turn(), background=True)
     assert (queued.status, queued.background, queued.output) == ("queued", True, [])
     done = _until_done(client, queued.id)
-    assert (done.id, done.status, done.background) == (queued.id, "completed", True)
+    assert (done.id, done.background) == (queued.id, True)
+    assert done.status in ("completed", "incomplete")  # six tokens may cut the answer short
     assert done.output_text
     assert done.usage.input_tokens_details.model_dump()["image_tokens"] > 0
     # it is a stored response like any other: it can be continued
