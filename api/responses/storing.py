@@ -33,6 +33,10 @@ _IMAGE_MAGIC = ((b"\x89PNG", "image/png"), (b"\xff\xd8", "image/jpeg"), (b"GIF8"
 def stores(req: ResponsesRequest, principal: Principal) -> bool:
     """Whether this response is stored: `store` as sent, else the tenant's setting. A tenant with storage off
     cannot ask for it."""
+    if principal.tenant_id is None:  # an operator's key without a tenant: nobody to keep the response for
+        if req.store or req.previous_response_id is not None:
+            raise InvalidRequest("stored responses belong to a tenant; this key has none", param="store")
+        return False
     allowed = principal.quota.store_responses if principal.quota is not None else True
     if req.store and not allowed:
         raise InvalidRequest(

@@ -111,3 +111,11 @@ def test_storage_follows_the_request_and_the_tenant(store):
     with pytest.raises(InvalidRequest, match="store_responses") as exc:
         stores(_request(input="x", store=True), _principal(store_responses=False))
     assert exc.value.param == "store"
+
+
+def test_a_key_without_a_tenant_stores_nothing_and_cannot_ask_to():
+    operator = Principal("key-admin", None, None, True, None, None)
+    assert stores(_request(input="x"), operator) is False
+    for body in ({"store": True}, {"previous_response_id": "resp_1"}):
+        with pytest.raises(InvalidRequest, match="belong to a tenant"):
+            stores(_request(input="x", **body), operator)
