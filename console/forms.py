@@ -1,5 +1,5 @@
 """The admin console's form fields, validated with the form's own labels: whole numbers, amounts of money and the
-tenant quota form, guardrail included."""
+tenant quota form, guardrail and stored responses included."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 from typing import Any
 
 from serving.errors import InvalidRequest
-from tenancy.directory import GROUNDING_POLICIES
+from tenancy.directory import GROUNDING_POLICIES, MAX_RETENTION_DAYS
 
 THRESHOLD_STEP = 0.05  # the threshold box's step; any value in [0, 1] is taken
 
@@ -58,7 +58,27 @@ def quota_fields(data: dict[str, Any]) -> dict[str, Any]:
             str(data.get("monthly_cost_budget", "")), "Monthly spending budget", "monthly_cost_budget"
         ),
         **guardrail_fields(data),
+        **storage_fields(data),
     }
+
+
+def storage_fields(data: dict[str, Any]) -> dict[str, Any]:
+    """Whether the tenant's responses are stored (on or off) and for how many days, as far as given."""
+    fields: dict[str, Any] = {}
+    if "store_responses" in data:
+        choice = str(data["store_responses"]).strip()
+        if choice not in ("on", "off"):
+            raise InvalidRequest("Stored responses must be on or off", param="store_responses")
+        fields["store_responses"] = choice == "on"
+    if "response_retention_days" in data:
+        days = int_field(data, "response_retention_days", "Days stored responses are kept", minimum=1)
+        if days is not None and days > MAX_RETENTION_DAYS:
+            raise InvalidRequest(
+                f"Days stored responses are kept must be at most {MAX_RETENTION_DAYS:,}",
+                param="response_retention_days",
+            )
+        fields["response_retention_days"] = days
+    return fields
 
 
 def guardrail_fields(data: dict[str, Any]) -> dict[str, Any]:

@@ -111,6 +111,22 @@ def test_quota_form_guardrail_fields():
     assert [threshold_step(t) for t in (0.0, 0.5, 0.65, 0.9, 1.0, 0.33)] == ["0.05"] * 5 + ["any"]
 
 
+def test_quota_form_stored_response_fields():
+    base = {"tokens_per_minute": "10", "concurrent_requests": "1"}
+    fields = quota_fields({**base, "store_responses": "off", "response_retention_days": "7"})
+    assert (fields["store_responses"], fields["response_retention_days"]) == (False, 7)
+    assert quota_fields({**base, "store_responses": "on"})["store_responses"] is True
+    assert "store_responses" not in quota_fields(base)  # a form without them leaves storage as it was
+    for bad, message in (
+        ({"store_responses": "maybe"}, "on or off"),
+        ({"response_retention_days": "0"}, "at least 1"),
+        ({"response_retention_days": "5000"}, "at most 3,650"),
+        ({"response_retention_days": "a week"}, "whole number"),
+    ):
+        with pytest.raises(InvalidRequest, match=message):
+            quota_fields({**base, **bad})
+
+
 def test_slice_rows_join_grounding_and_regeneration_by_mix():
     grounding = [{"modalities": "text+audio", "scored": 2, "mean": 0.5, "below": 1, "judged": 2, "passed": 1}]
     regeneration = [
