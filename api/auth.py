@@ -100,3 +100,11 @@ class Authenticator:
         if not found.is_admin:
             raise PermissionDenied("this endpoint needs an admin key")
         return found
+
+
+def tenant_of(principal: Principal, what: str) -> str:
+    """The caller's tenant, for what only a tenant can own (stored responses, files); a key without one, such as an
+    operator's admin key, is refused."""
+    if principal.tenant_id is None:
+        raise PermissionDenied(f"{what} belong to a tenant; this key has none", code="no_tenant")
+    return principal.tenant_id

@@ -162,6 +162,10 @@ class Settings(BaseSettings):
         description="Where stored media (of stored responses) live, a folder every gateway replica reaches (a shared "
         "volume). Unset: `files` in `data_dir`.",
     )
+    max_file_bytes: int = Field(
+        default=100 * 1024 * 1024, gt=0, description="Largest file `/v1/files` accepts (413 above)."
+    )
+    file_expiry_days: int = Field(default=30, ge=1, description="Days an uploaded file is kept before it is deleted.")
     job_poll_s: float = Field(
         default=1.0, gt=0, description="How often an idle gateway looks for queued background work (jobs)."
     )

@@ -154,6 +154,20 @@ class StoredResponseMedia(SQLModel, table=True):
     sha256: str = Field(primary_key=True, max_length=64, index=True)
 
 
+class StoredFile(SQLModel, table=True):
+    """A file a tenant uploaded (`/v1/files`): its row here, its bytes on the shared files volume."""
+
+    __tablename__ = "files"
+
+    id: str = Field(primary_key=True, max_length=64)  # file-<hex>
+    tenant_id: str = Field(max_length=36, index=True)
+    purpose: str = Field(max_length=32)
+    filename: str = Field(max_length=255)
+    bytes: int
+    created_at: datetime = Field(default_factory=utcnow)
+    expires_at: datetime = Field(index=True)
+
+
 class Job(SQLModel, table=True):
     """Background work that outlives a request (a background response, a batch): claimed by one gateway replica at a
     time under a lease it renews while it works, so a replica that dies hands its jobs to another."""

@@ -28,6 +28,7 @@ from api.parsing import JsonRequest, refuse_nul_in_path
 from api.routes.admin import AdminController
 from api.routes.billing import BillingAdminController, PriceController, stripe_webhook
 from api.routes.chat import create_chat_completion
+from api.routes.files import delete_file, file_content, list_files, retrieve_file, upload_file
 from api.routes.models import list_models, retrieve_model
 from api.routes.ops import health, metrics
 from api.routes.responses import (
@@ -151,6 +152,16 @@ def create_app(
         security=SECURED,
         tags=["openai"],
     )
+    # Uploads get a body limit of their own: a batch input file is larger than any request.
+    files_api = Router(
+        path="/",
+        route_handlers=[upload_file, list_files, retrieve_file, file_content, delete_file],
+        dependencies={"principal": Provide(principal)},
+        guards=[authenticated, refuse_nul_in_path, room_for_a_request],
+        security=SECURED,
+        tags=["openai"],
+        request_max_body_size=settings.max_file_bytes + 1024 * 1024,  # the form's own parts on top of the file
+    )
     admin_api = Router(
         path="/",
         route_handlers=[AdminController, PriceController, BillingAdminController],
@@ -189,6 +200,7 @@ def create_app(
     return Litestar(
         route_handlers=[
             api,
+            files_api,
             admin_api,
             health,
             metrics,
@@ -218,6 +230,7 @@ def create_app(
             "grounding": slot.provider(lambda s: s.grounding),
             "stored_responses": slot.provider(lambda s: s.stored_responses),
             "jobs": slot.provider(lambda s: s.jobs),
+            "files": slot.provider(lambda s: s.files),
             "console_sessions": slot.provider(lambda s: ConsoleSessions(s.db, session_lifetime_s)),
             "signed_in": Provide(tenant_principal),
             "console_admin": Provide(admin_principal),

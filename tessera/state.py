@@ -52,6 +52,7 @@ from serving.pools import ModelPool, PoolRegistry
 from serving.record import CompletionBus
 from serving.service import InferenceService
 from storage.blobs import BlobStore
+from storage.files import FileStore
 from storage.responses import ResponseStore
 from tenancy.directory import Directory
 from tenancy.limits import InProcessLimiter, RateLimiter, RedisLimiter
@@ -83,6 +84,7 @@ class AppState:
     grounding: GroundingService | None = None
     stored_responses: ResponseStore | None = None
     jobs: JobRunner | None = None
+    files: FileStore | None = None
 
 
 async def _stopped(task: asyncio.Task[None]) -> None:
@@ -188,9 +190,10 @@ async def build_state(settings: Settings, checkpoints: CheckpointResolver | None
         journal = UsageJournal(db, prices, heartbeat_s=settings.journal_heartbeat_s, stale_s=settings.journal_stale_s)
         await journal.start()
         stack.push_async_callback(journal.stop)
-        stored_responses = ResponseStore(db, BlobStore(settings.resolved_files_dir()))
+        stored_responses = ResponseStore(db, BlobStore(settings.resolved_files_dir() / "media"))
+        files = FileStore(db, settings.resolved_files_dir() / "uploads")
         sweeper = asyncio.get_running_loop().create_task(
-            _sweep_forever(stored_responses, settings.response_sweep_interval_s)
+            _sweep_forever((stored_responses.sweep, files.sweep), settings.response_sweep_interval_s)
         )
         stack.push_async_callback(_stopped, sweeper)
         bus = CompletionBus(tasks, [metrics.record_completion], journal=journal)
@@ -249,18 +252,20 @@ async def build_state(settings: Settings, checkpoints: CheckpointResolver | None
             grounding=grounding,
             stored_responses=stored_responses,
             jobs=jobs,
+            files=files,
         )
 
 
-async def _sweep_forever(store: ResponseStore, interval_s: float) -> None:
-    """Deletes stored responses past their tenant's retention, now and every `interval_s`; every gateway replica
-    sweeps, and a response two of them delete at once is simply gone."""
+async def _sweep_forever(sweeps: tuple[Callable[[], int], ...], interval_s: float) -> None:
+    """Deletes stored responses and files past their retention or expiry, now and every `interval_s`; every
+    gateway replica sweeps, and what two of them delete at once is simply gone."""
     while True:
-        try:
-            if swept := await asyncio.to_thread(store.sweep):
-                logger.info("deleted %d stored responses past their retention", swept)
-        except Exception:
-            logger.exception("sweeping stored responses failed; trying again in %.0f s", interval_s)
+        for sweep in sweeps:
+            try:
+                if swept := await asyncio.to_thread(sweep):
+                    logger.info("swept %d expired rows (%s)", swept, getattr(sweep, "__qualname__", sweep))
+            except Exception:
+                logger.exception("a sweep failed; trying again in %.0f s", interval_s)
         await asyncio.sleep(interval_s)
 
 

@@ -16,10 +16,11 @@ from typing import Any
 from litestar import Response
 from litestar.response import Stream
 
+from api.auth import tenant_of
 from api.responses.parsing import Conversation, generation_request, to_conversation
 from api.responses.protocol import ResponsesRequest
 from api.responses.rendering import RESPONSE_PREFIX, complete_body, headers, queued_body, refusal, stream
-from api.responses.storing import earlier_turns, own_items, retention_days, save, stores, tenant_of
+from api.responses.storing import earlier_turns, own_items, retention_days, save, stores
 from grounding.guardrail import REFUSAL
 from jobs.runner import JobRunner
 from serving.completion import Completion
@@ -137,7 +138,7 @@ async def queue(turn: Turn, jobs: JobRunner | None) -> dict[str, Any]:
         raise InvalidRequest("a background response does not stream; poll GET /v1/responses/{id}", param="stream")
     token = uuid.uuid4().hex
     body = queued_body(req, RESPONSE_PREFIX + token)
-    tenant = tenant_of(turn.principal)
+    tenant = tenant_of(turn.principal, "stored responses")
     await asyncio.to_thread(
         store.save,
         tenant_id=tenant,

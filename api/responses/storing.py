@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from api.auth import tenant_of
 from api.responses.protocol import InputItem, ResponsesRequest
 from serving.completion import Completion
 from serving.errors import InternalFailure, InvalidRequest
@@ -54,7 +55,7 @@ def retention_days(principal: Principal) -> int:
 def earlier_turns(store: ResponseStore, principal: Principal, response_id: str) -> list[InputItem]:
     """The items of the conversation that ends at `response_id`: each turn's input items, then its output."""
     items: list[InputItem] = []
-    for row in store.chain(tenant_of(principal), response_id):
+    for row in store.chain(tenant_of(principal, "stored responses"), response_id):
         items += [InputItem.model_validate(_replayed(store, item)) for item in row.input_items]
         items += [InputItem.model_validate(_as_input(item)) for item in row.body.get("output", [])]
     return items
@@ -79,7 +80,7 @@ def save(
         data = item.model_dump(mode="json", exclude_none=True)
         items.append(_stored_item(data, media.get(i, {}), blobs))
     store.save(
-        tenant_id=tenant_of(principal),
+        tenant_id=tenant_of(principal, "stored responses"),
         body=body,
         input_items=items,
         media=blobs,
@@ -92,12 +93,6 @@ def save(
 def listed(store: ResponseStore, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Stored input items as the API lists them: media back as their URLs, or data URLs of their bytes."""
     return [_replayed(store, item) for item in items]
-
-
-def tenant_of(principal: Principal) -> str:
-    if principal.tenant_id is None:
-        raise InvalidRequest("stored responses belong to a tenant; this key has none", param="store")
-    return principal.tenant_id
 
 
 def own_items(req: ResponsesRequest) -> list[InputItem]:

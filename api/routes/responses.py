@@ -10,12 +10,13 @@ from litestar.di import NamedDependency
 from litestar.params import FromPath, FromQuery, JSONBody
 from litestar.response import Stream
 
+from api.auth import tenant_of
 from api.openapi import PRECHECK, ParsedBody, StreamingOperation, answer, errors
 from api.responses.parsing import parse_responses_request
 from api.responses.protocol import DeletedResponse, InputItemList, ResponseObject, ResponsesRequest
 from api.responses.service import create_response as respond
 from api.responses.service import job_id
-from api.responses.storing import listed, tenant_of
+from api.responses.storing import listed
 from config.settings import Settings
 from jobs.runner import JobRunner
 from serving.errors import InvalidRequest, NotFound
@@ -77,7 +78,7 @@ async def retrieve_response(
     principal: NamedDependency[Principal],
     stored_responses: NamedDependency[ResponseStore | None],
 ) -> dict[str, Any]:
-    row = await asyncio.to_thread(_store(stored_responses).get, tenant_of(principal), response_id)
+    row = await asyncio.to_thread(_store(stored_responses).get, tenant_of(principal, "stored responses"), response_id)
     return dict(row.body)
 
 
@@ -94,7 +95,7 @@ async def delete_response(
     principal: NamedDependency[Principal],
     stored_responses: NamedDependency[ResponseStore | None],
 ) -> DeletedResponse:
-    await asyncio.to_thread(_store(stored_responses).delete, tenant_of(principal), response_id)
+    await asyncio.to_thread(_store(stored_responses).delete, tenant_of(principal, "stored responses"), response_id)
     return DeletedResponse(id=response_id)
 
 
@@ -112,7 +113,7 @@ async def cancel_response(
     stored_responses: NamedDependency[ResponseStore | None],
     jobs: NamedDependency[JobRunner | None],
 ) -> dict[str, Any]:
-    store, tenant = _store(stored_responses), tenant_of(principal)
+    store, tenant = _store(stored_responses), tenant_of(principal, "stored responses")
     row = await asyncio.to_thread(store.get, tenant, response_id)
     if not row.body.get("background"):
         raise InvalidRequest("only a background response can be cancelled", param="response_id")
@@ -136,6 +137,6 @@ async def list_input_items(
 ) -> dict[str, Any]:
     store = _store(stored_responses)
     page = await asyncio.to_thread(
-        store.input_items, tenant_of(principal), response_id, after=after, limit=limit, order=order
+        store.input_items, tenant_of(principal, "stored responses"), response_id, after=after, limit=limit, order=order
     )
     return {**page.wire(), "data": listed(store, page.data)}

@@ -1,0 +1,1 @@
+"""`/v1/files`: the wire structs of uploaded files."""
