@@ -168,6 +168,37 @@ class StoredFile(SQLModel, table=True):
     expires_at: datetime = Field(index=True)
 
 
+class Batch(SQLModel, table=True):
+    """A batch of requests read from an uploaded file (`/v1/batches`), run line by line in the background."""
+
+    __tablename__ = "batches"
+
+    id: str = Field(primary_key=True, max_length=64)  # batch_<hex>
+    tenant_id: str = Field(max_length=36, index=True)
+    key_id: str = Field(max_length=64)  # whose policy its lines run under
+    endpoint: str = Field(max_length=64)
+    input_file_id: str = Field(max_length=64)
+    completion_window: str = Field(default="24h", max_length=8)
+    # validating | in_progress | finalizing | completed | failed | expired | cancelling | cancelled
+    status: str = Field(default="validating", max_length=16)
+    body: dict = Field(sa_column=Column(JSON, nullable=False))  # type: ignore[type-arg]  # the batch object
+    created_at: datetime = Field(default_factory=utcnow)
+    expires_at: datetime
+
+
+class BatchLine(SQLModel, table=True):
+    """One line of a batch: its request, and once run, its output or error line as the output files hold it."""
+
+    __tablename__ = "batch_lines"
+
+    batch_id: str = Field(primary_key=True, foreign_key="batches.id", max_length=64)
+    line: int = Field(primary_key=True)  # 1-based, as the input file numbers them
+    custom_id: str = Field(max_length=512)
+    body: dict = Field(sa_column=Column(JSON, nullable=False))  # type: ignore[type-arg]
+    result: dict | None = Field(default=None, sa_column=Column(JSON, nullable=True))  # type: ignore[type-arg]
+    ok: bool | None = None  # None until it ran: True lands in the output file, False in the error file
+
+
 class Job(SQLModel, table=True):
     """Background work that outlives a request (a background response, a batch): claimed by one gateway replica at a
     time under a lease it renews while it works, so a replica that dies hands its jobs to another."""

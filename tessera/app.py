@@ -26,6 +26,7 @@ from litestar.template.config import TemplateConfig
 from api.openapi import PRECHECK, SECURED, openapi_config
 from api.parsing import JsonRequest, refuse_nul_in_path
 from api.routes.admin import AdminController
+from api.routes.batches import cancel_batch, create_batch, list_batches, retrieve_batch
 from api.routes.billing import BillingAdminController, PriceController, stripe_webhook
 from api.routes.chat import create_chat_completion
 from api.routes.files import delete_file, file_content, list_files, retrieve_file, upload_file
@@ -142,6 +143,10 @@ def create_app(
             delete_response,
             list_input_items,
             cancel_response,
+            create_batch,
+            retrieve_batch,
+            list_batches,
+            cancel_batch,
             list_models,
             retrieve_model,
             usage_receipt,
@@ -231,6 +236,7 @@ def create_app(
             "stored_responses": slot.provider(lambda s: s.stored_responses),
             "jobs": slot.provider(lambda s: s.jobs),
             "files": slot.provider(lambda s: s.files),
+            "batches": slot.provider(lambda s: s.batches),
             "console_sessions": slot.provider(lambda s: ConsoleSessions(s.db, session_lifetime_s)),
             "signed_in": Provide(tenant_principal),
             "console_admin": Provide(admin_principal),

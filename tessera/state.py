@@ -23,6 +23,7 @@ import httpx
 from sqlalchemy import Engine
 
 from api.auth import Authenticator
+from api.batches.runner import BATCH_JOB, run_batch
 from api.responses.background import run_background_response
 from api.responses.service import BACKGROUND_JOB
 from billing.prices import PriceBook
@@ -51,6 +52,7 @@ from serving.pipeline import Pipeline
 from serving.pools import ModelPool, PoolRegistry
 from serving.record import CompletionBus
 from serving.service import InferenceService
+from storage.batches import BatchStore
 from storage.blobs import BlobStore
 from storage.files import FileStore
 from storage.responses import ResponseStore
@@ -85,6 +87,7 @@ class AppState:
     stored_responses: ResponseStore | None = None
     jobs: JobRunner | None = None
     files: FileStore | None = None
+    batches: BatchStore | None = None
 
 
 async def _stopped(task: asyncio.Task[None]) -> None:
@@ -233,7 +236,19 @@ async def build_state(settings: Settings, checkpoints: CheckpointResolver | None
             store=stored_responses,
             default_max_tokens=settings.default_max_tokens,
         )
-        jobs = JobRunner(db, {BACKGROUND_JOB: background}, poll_s=settings.job_poll_s)
+        batches = BatchStore(db)
+        batch = functools.partial(
+            run_batch,
+            directory=directory,
+            quotas=quotas,
+            service=service,
+            batches=batches,
+            files=files,
+            responses=stored_responses,
+            default_max_tokens=settings.default_max_tokens,
+            file_expiry_days=settings.file_expiry_days,
+        )
+        jobs = JobRunner(db, {BACKGROUND_JOB: background, BATCH_JOB: batch}, poll_s=settings.job_poll_s)
         stack.push_async_callback(stop_runner, asyncio.get_running_loop().create_task(jobs.run_forever()))
         yield AppState(
             settings=settings,
@@ -253,6 +268,7 @@ async def build_state(settings: Settings, checkpoints: CheckpointResolver | None
             stored_responses=stored_responses,
             jobs=jobs,
             files=files,
+            batches=batches,
         )
 
 

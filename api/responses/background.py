@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from api.errors import to_api_error
 from api.responses.protocol import ResponsesRequest
@@ -25,6 +26,7 @@ from tenancy.quotas import QuotaGate
 
 logger = logging.getLogger(__name__)
 
+T = TypeVar("T")
 RATE_LIMIT_TRIES = 20
 RATE_LIMIT_WAIT_MAX_S = 30.0
 
@@ -53,21 +55,29 @@ async def run_background_response(
     def as_queued(body: dict[str, Any]) -> None:
         body.update(id=response_id, background=True, created_at=queued["created_at"])
 
-    for attempt in range(1, RATE_LIMIT_TRIES + 1):
+    async def attempt() -> None:
+        turn = prepare(req, principal, store, default_max_tokens=default_max_tokens)
+        await answer_whole(turn, service, quotas, finish=as_queued)
+
+    try:
+        await waiting_out_rate_limits(attempt, what=f"background response {response_id}")
+    except TesseraError as exc:
+        await _failed(store, tenant, response_id, exc)
+
+
+async def waiting_out_rate_limits(attempt: Callable[[], Awaitable[T]], *, what: str) -> T:
+    """`attempt()`, tried again after the tenant's `retry-after` while it is refused for the tenant's rate limit,
+    up to `RATE_LIMIT_TRIES` times: background work waits for its turn instead of failing."""
+    for tries in range(1, RATE_LIMIT_TRIES + 1):
         try:
-            turn = prepare(req, principal, store, default_max_tokens=default_max_tokens)
-            await answer_whole(turn, service, quotas, finish=as_queued)
-            return
+            return await attempt()
         except RateLimited as exc:
-            if attempt == RATE_LIMIT_TRIES:
-                await _failed(store, tenant, response_id, exc)
-                return
+            if tries == RATE_LIMIT_TRIES:
+                raise
             wait = min(RATE_LIMIT_WAIT_MAX_S, float(exc.retry_after_s or 1.0))
-            logger.info("background response %s waits %.1f s for its tenant's rate limit", response_id, wait)
+            logger.info("%s waits %.1f s for its tenant's rate limit", what, wait)
             await asyncio.sleep(wait)
-        except TesseraError as exc:
-            await _failed(store, tenant, response_id, exc)
-            return
+    raise AssertionError("unreachable")
 
 
 async def _failed(store: ResponseStore, tenant: str, response_id: str, exc: Exception) -> None:
