@@ -101,7 +101,10 @@ class BatchStore:
             raise InvalidRequest(f"limit must lie in [1, {PAGE_MAX}]", param="limit")
         query = select(Batch).where(Batch.tenant_id == tenant_id)
         if after is not None:
-            anchor = self.get(tenant_id, after)
+            try:
+                anchor = self.get(tenant_id, after)
+            except NotFound:
+                raise InvalidRequest(f"no batch with id '{after}' to list after", param="after") from None
             query = query.where(
                 (col(Batch.created_at) < anchor.created_at)
                 | ((col(Batch.created_at) == anchor.created_at) & (col(Batch.id) < anchor.id))

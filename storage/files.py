@@ -107,7 +107,10 @@ class FileStore:
             query = query.where(StoredFile.purpose == purpose)
         newest_first = order == "desc"
         if after is not None:
-            anchor = self.get(tenant_id, after)
+            try:
+                anchor = self.get(tenant_id, after)
+            except NotFound:
+                raise InvalidRequest(f"no file with id '{after}' to list after", param="after") from None
             key = (col(StoredFile.created_at), col(StoredFile.id))
             later = (key[0] < anchor.created_at) | ((key[0] == anchor.created_at) & (key[1] < anchor.id))
             earlier = (key[0] > anchor.created_at) | ((key[0] == anchor.created_at) & (key[1] > anchor.id))
