@@ -13,6 +13,19 @@ from pathlib import Path
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
+def write_atomically(target: Path, data: bytes) -> None:
+    """Writes `data` to `target` through a temporary file renamed into place: a reader sees all of it or none."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".partial-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 class BlobMissing(Exception):
     """A blob the database names is not on the volume (deleted, or the volume is not the shared one)."""
 
@@ -30,17 +43,8 @@ class BlobStore:
         """Stores `data` under its sha256, which it returns."""
         digest = hashlib.sha256(data).hexdigest()
         target = self.path(digest)
-        if target.is_file():
-            return digest
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".partial-")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        if not target.is_file():
+            write_atomically(target, data)
         return digest
 
     def get(self, sha256: str) -> bytes:

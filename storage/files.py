@@ -6,9 +6,7 @@ listed file always has its content."""
 from __future__ import annotations
 
 import logging
-import os
 import re
-import tempfile
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,6 +18,7 @@ from sqlmodel import Session, col, select
 
 from db.models import StoredFile, utcnow
 from serving.errors import InvalidRequest, NotFound
+from storage.blobs import write_atomically
 
 logger = logging.getLogger(__name__)
 
@@ -50,16 +49,7 @@ class FileStore:
 
     def create(self, tenant_id: str, purpose: str, filename: str, data: bytes, *, expires_days: int) -> StoredFile:
         file_id = f"file-{uuid.uuid4().hex}"
-        target = self._path(file_id)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".partial-")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomically(self._path(file_id), data)
         now = self._clock()
         row = StoredFile(
             id=file_id,

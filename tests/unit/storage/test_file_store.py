@@ -9,18 +9,6 @@ import pytest
 
 from serving.errors import InvalidRequest, NotFound
 from storage.files import FileStore
-from tests.clock import Clock
-from tests.dbs import migrated
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db(request, tmp_path):
-    yield from migrated(request.param, tmp_path)
-
-
-@pytest.fixture
-def clock():
-    return Clock()
 
 
 @pytest.fixture

@@ -11,22 +11,10 @@ import pytest
 from serving.errors import InvalidRequest, NotFound
 from storage.blobs import BlobMissing, BlobStore
 from storage.responses import MAX_CHAIN, ResponseStore
-from tests.clock import Clock
-from tests.dbs import migrated
 
 PNG = b"\x89PNG fake image bytes"
 WAV = b"RIFF fake audio bytes"
 SHA_PNG, SHA_WAV = hashlib.sha256(PNG).hexdigest(), hashlib.sha256(WAV).hexdigest()
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db(request, tmp_path):
-    yield from migrated(request.param, tmp_path)
-
-
-@pytest.fixture
-def clock():
-    return Clock()
 
 
 @pytest.fixture
