@@ -25,7 +25,6 @@ from api.errors import to_api_error
 from api.responses.background import waiting_out_rate_limits
 from api.responses.parsing import parse_responses_request
 from api.responses.service import create_response
-from db.models import utcnow
 from jobs.runner import Claimed
 from serving.errors import NotFound, TesseraError
 from serving.service import InferenceService
@@ -36,6 +35,11 @@ from tenancy.directory import Directory, Principal
 from tenancy.quotas import QuotaGate
 
 logger = logging.getLogger(__name__)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
 
 BATCH_JOB = "batch"
 OUTPUT_PURPOSE = "batch_output"
@@ -52,7 +56,7 @@ async def run_batch(
     responses: ResponseStore | None,
     default_max_tokens: int,
     file_expiry_days: int,
-    clock: Callable[[], datetime] = utcnow,
+    clock: Callable[[], datetime] = _now,
 ) -> None:
     batch_id = str(job.payload["batch_id"])
     try:
