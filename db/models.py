@@ -14,6 +14,11 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def aware(moment: datetime) -> datetime:
+    """A stored moment in UTC: SQLite gives datetimes back without their zone."""
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
 class Tenant(SQLModel, table=True):
     __tablename__ = "tenants"
 

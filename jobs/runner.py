@@ -16,7 +16,7 @@ import logging
 import uuid
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Engine, or_
@@ -41,10 +41,6 @@ class Claimed:
 
 
 Handler = Callable[[Claimed], Coroutine[Any, Any, None]]
-
-
-def _aware(moment: datetime | None) -> datetime | None:
-    return None if moment is None else (moment if moment.tzinfo else moment.replace(tzinfo=UTC))
 
 
 class JobRunner:

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Engine
 from sqlmodel import Session, col, select
 
-from db.models import Batch, BatchLine, utcnow
+from db.models import Batch, BatchLine, aware, utcnow
 from serving.errors import InvalidRequest, NotFound
 
 PAGE_MAX = 100
@@ -31,7 +31,7 @@ STAMPS = {
 
 
 def _unix(moment: datetime) -> int:
-    return int((moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp())
+    return int(aware(moment).timestamp())
 
 
 class BatchStore:
@@ -134,6 +134,10 @@ class BatchStore:
             s.add(row)
             s.commit()
             return dict(body)
+
+    def past_window(self, row: Batch) -> bool:
+        """Whether the batch's completion window has ended."""
+        return aware(row.expires_at) <= self._clock()
 
     def add_lines(self, batch_id: str, lines: list[tuple[int, str, dict[str, Any]]]) -> None:
         """Records the batch's lines once (a batch picked up again keeps the lines it has)."""

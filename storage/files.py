@@ -10,13 +10,13 @@ import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from sqlalchemy import Engine
 from sqlmodel import Session, col, select
 
-from db.models import StoredFile, utcnow
+from db.models import StoredFile, aware, utcnow
 from serving.errors import InvalidRequest, NotFound
 from storage.blobs import write_atomically
 
@@ -24,10 +24,6 @@ logger = logging.getLogger(__name__)
 
 PAGE_MAX = 10_000  # OpenAI's limit on one page of files
 _FILE_ID = re.compile(r"^file-[0-9a-f]{32}$")
-
-
-def _aware(moment: datetime) -> datetime:
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -68,7 +64,7 @@ class FileStore:
     def get(self, tenant_id: str, file_id: str) -> StoredFile:
         with Session(self._db) as s:
             row = s.get(StoredFile, file_id)
-        if row is None or row.tenant_id != tenant_id or _aware(row.expires_at) <= self._clock():
+        if row is None or row.tenant_id != tenant_id or aware(row.expires_at) <= self._clock():
             raise NotFound(f"no file with id '{file_id}'", code="not_found", param="file_id")
         return row
 

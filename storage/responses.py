@@ -12,13 +12,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Engine
 from sqlmodel import Session, col, delete, select
 
-from db.models import StoredResponse, StoredResponseMedia, utcnow
+from db.models import StoredResponse, StoredResponseMedia, aware, utcnow
 from serving.errors import InvalidRequest, NotFound
 from storage.blobs import BlobStore
 
@@ -26,10 +26,6 @@ logger = logging.getLogger(__name__)
 
 MAX_CHAIN = 200  # responses one conversation may chain; a longer chain is refused rather than read without end
 PAGE_MAX = 100
-
-
-def _aware(moment: datetime) -> datetime:
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def media_of(items: list[dict[str, Any]]) -> set[str]:
@@ -96,7 +92,7 @@ class ResponseStore:
             row = s.get(StoredResponse, body["id"], with_for_update=True)
             if row is not None and (row.tenant_id != tenant_id or row.status == "cancelled"):
                 return False
-            created = _aware(row.created_at) if row is not None else now
+            created = aware(row.created_at) if row is not None else now
             fields: dict[str, Any] = {
                 "request_id": request_id,
                 "previous_response_id": previous_response_id,
@@ -135,22 +131,27 @@ class ResponseStore:
     def get(self, tenant_id: str, response_id: str) -> StoredResponse:
         with Session(self._db) as s:
             row = s.get(StoredResponse, response_id)
-        if row is None or row.tenant_id != tenant_id or _aware(row.expires_at) <= self._clock():
+        if row is None or row.tenant_id != tenant_id or aware(row.expires_at) <= self._clock():
             raise NotFound(f"no response with id '{response_id}'", code="not_found", param="response_id")
         return row
 
-    def chain(self, tenant_id: str, response_id: str) -> list[StoredResponse]:
-        """The conversation that ends at `response_id`, oldest first."""
+    def chain(self, tenant_id: str, response_id: str, *, whole: bool = True) -> list[StoredResponse]:
+        """The conversation that ends at `response_id`, oldest first. With `whole` false, as far back as it is
+        still stored and no further than `MAX_CHAIN` (for showing it, not continuing it)."""
         found: list[StoredResponse] = []
         next_id: str | None = response_id
         while next_id is not None:
             if len(found) >= MAX_CHAIN:
+                if not whole:
+                    break
                 raise InvalidRequest(
                     f"the conversation is longer than {MAX_CHAIN} responses", param="previous_response_id"
                 )
             try:
                 row = self.get(tenant_id, next_id)
             except NotFound:
+                if found and not whole:
+                    break
                 if next_id == response_id:
                     raise NotFound(
                         f"no response with id '{response_id}'", code="not_found", param="previous_response_id"
@@ -180,16 +181,11 @@ class ResponseStore:
                 .where(StoredResponse.previous_response_id == row.id, StoredResponse.tenant_id == tenant_id)
                 .order_by(col(StoredResponse.created_at))
             ).all()
-        earlier: list[StoredResponse] = []
-        link = row.previous_response_id
-        while link is not None and len(earlier) < MAX_CHAIN:
-            try:
-                previous = self.get(tenant_id, link)
-            except NotFound:
-                break
-            earlier.append(previous)
-            link = previous.previous_response_id
-        return Conversation([*earlier[::-1], row], row.id, list(later))
+        try:
+            turns = self.chain(tenant_id, row.id, whole=False)
+        except NotFound:
+            return None  # past its retention, not yet swept
+        return Conversation(turns, row.id, list(later))
 
     def input_items(
         self, tenant_id: str, response_id: str, *, after: str | None = None, limit: int = 20, order: str = "desc"

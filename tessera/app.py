@@ -53,7 +53,8 @@ from console.usage import UsageController
 from tenancy.console_sessions import ConsoleSessions
 from tenancy.directory import Principal
 from tenancy.quotas import QuotaGate
-from tessera.state import AppState, CheckpointResolver, build_state, console_secret
+from tessera.pools import CheckpointResolver
+from tessera.state import AppState, build_state, console_secret
 
 logger = logging.getLogger(__name__)
 

@@ -10,10 +10,8 @@ import asyncio
 import contextlib
 import functools
 import logging
-import math
 import os
 import secrets
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -29,19 +27,13 @@ from api.responses.service import BACKGROUND_JOB
 from billing.prices import PriceBook
 from billing.stripe_meters import StripeMeters
 from billing.worker import OutboxWorker
-from config.settings import PoolSettings, Settings
+from config.settings import Settings
 from grounding.service import GroundingService
 from jobs.runner import JobRunner
 from jobs.runner import stop as stop_runner
-from serving.admission import AdmissionController
 from serving.background import BackgroundTasks
 from serving.encoders.cache import EmbeddingCache
 from serving.encoders.encoding import MediaEncoder
-from serving.encoders.placement import EncoderPlacement
-from serving.encoders.pools import AudioFeaturePool, VisionEncoderPool, vision_geometry
-from serving.engines.base import EngineClient, EngineSpec
-from serving.engines.inprocess import VllmEngine
-from serving.engines.remote import RemoteEngine, RemoteSettings
 from serving.errors import NotFound
 from serving.ingest import MediaIngest
 from serving.media.audio import AudioLoader
@@ -49,7 +41,7 @@ from serving.media.fetch import FetchPolicy, MediaFetcher
 from serving.media.images import ImageLoader
 from serving.metrics import ServerMetrics
 from serving.pipeline import Pipeline
-from serving.pools import ModelPool, PoolRegistry
+from serving.pools import PoolRegistry
 from serving.record import CompletionBus
 from serving.service import InferenceService
 from storage.batches import BatchStore
@@ -62,6 +54,7 @@ from tenancy.quotas import QuotaGate
 from tenancy.revocations import ChangeFeed
 from tenancy.store import open_database
 from tenancy.usage_log import UsageJournal
+from tessera.pools import CheckpointResolver, start_pools
 
 logger = logging.getLogger(__name__)
 
@@ -137,37 +130,6 @@ def setup_tenancy(settings: Settings, db: Engine) -> tuple[Directory, str | None
     return directory, key, fresh
 
 
-def engine_spec(pool: PoolSettings, model_path: str, max_images: int) -> EngineSpec:
-    return EngineSpec(
-        enable_mm_embeds=pool.encoder_pools,
-        model=model_path,
-        dtype=pool.dtype,
-        max_model_len=pool.max_model_len,
-        tensor_parallel_size=pool.tensor_parallel_size,
-        gpu_memory_utilization=pool.gpu_memory_utilization,
-        kv_cache_bytes=int(pool.kv_cache_gib * (1 << 30)),
-        enforce_eager=pool.enforce_eager,
-        cpu_threads=pool.cpu_threads,
-        max_num_seqs=pool.max_num_seqs,
-        limit_mm_per_prompt={"image": max_images, "audio": 1, "video": 0},
-    )
-
-
-# Resolves the pools that name no checkpoint (`model` unset) to checkpoint folders. The command line hands in the
-# demo builder (demo.checkpoints.resolve_demo_pools); without a resolver every pool must name its checkpoint.
-CheckpointResolver = Callable[[Settings, list[str]], dict[str, Path]]
-
-
-def _model_paths(settings: Settings, resolve: CheckpointResolver | None) -> dict[str, str]:
-    paths = {p.name: p.model for p in settings.pools if p.model}
-    unnamed = [p.name for p in settings.pools if not p.model]
-    if unnamed and resolve is None:
-        raise ValueError(f"pool(s) {unnamed} have no `model` path (set TESSERA_POOLS or --pool NAME=PATH)")
-    if unnamed and resolve is not None:
-        paths.update({name: str(path) for name, path in resolve(settings, unnamed).items()})
-    return paths
-
-
 @asynccontextmanager
 async def build_state(settings: Settings, checkpoints: CheckpointResolver | None = None) -> AsyncIterator[AppState]:
     async with AsyncExitStack() as stack:
@@ -181,7 +143,7 @@ async def build_state(settings: Settings, checkpoints: CheckpointResolver | None
             feed = ChangeFeed(settings.redis_url, directory)
             await feed.start()
             stack.push_async_callback(feed.close)
-        pools = await _start_pools(settings, stack, checkpoints)
+        pools = await start_pools(settings, stack, checkpoints)
         ingest = _media_ingest(settings, await stack.enter_async_context(_fetch_client(settings)))
         stack.callback(ingest.close)
         cache = await _embedding_cache(settings, db)
@@ -291,50 +253,6 @@ def _limiter(settings: Settings) -> RateLimiter:
     return InProcessLimiter(window_s=settings.rate_window_s)
 
 
-async def _start_pools(
-    settings: Settings, stack: AsyncExitStack, checkpoints: CheckpointResolver | None
-) -> PoolRegistry:
-    """Start every pool's engine and encoders; each is registered for shutdown as soon as it runs."""
-    # A placement this machine cannot honour is refused before any checkpoint is built or engine started.
-    await asyncio.to_thread(EncoderPlacement.resolve, settings.encoder_device, settings.encoder_dtype)
-    paths = await asyncio.to_thread(_model_paths, settings, checkpoints)
-    created = int(time.time())
-    pools = []
-    for index, pool in enumerate(settings.pools):
-        engine: EngineClient
-        if pool.replicas:
-            if not pool.encoder_pools:
-                raise ValueError(
-                    f"pool '{pool.name}': a remote pool needs encoder_pools (replicas take encoder outputs)"
-                )
-            logger.info("connecting pool '%s' to %d replicas", pool.name, len(pool.replicas))
-            remote = await RemoteEngine.connect(pool.name, Path(paths[pool.name]), _remote_settings(settings, pool))
-            stack.push_async_callback(remote.close)
-            engine = remote
-        else:
-            logger.info("starting engine for pool '%s' from %s", pool.name, paths[pool.name])
-            spec = engine_spec(pool, paths[pool.name], settings.max_images_per_request)
-            engine = await asyncio.to_thread(VllmEngine.start, pool.name, spec)
-            stack.callback(engine.shutdown)
-        built = await _build_pool(settings, index, pool, engine, created)
-        if built.vision is not None:
-            stack.push_async_callback(built.vision.close)
-        if built.audio is not None:
-            stack.push_async_callback(built.audio.close)
-        pools.append(built)
-    return PoolRegistry(pools)
-
-
-def _remote_settings(settings: Settings, pool: PoolSettings) -> RemoteSettings:
-    return RemoteSettings(
-        urls=tuple(u.rstrip("/") for u in pool.replicas),
-        policy=settings.fleet_policy,
-        scrape_interval_s=settings.fleet_scrape_interval_s,
-        connect_timeout_s=settings.fleet_connect_timeout_s,
-        read_timeout_s=settings.fleet_read_timeout_s,
-    )
-
-
 def _fetch_client(settings: Settings) -> httpx.AsyncClient:
     return httpx.AsyncClient(timeout=settings.fetch_timeout_s, headers={"user-agent": "tessera-media-fetch"})
 
@@ -366,43 +284,3 @@ async def _embedding_cache(settings: Settings, db: Engine) -> EmbeddingCache | N
     )
     await cache.sweep()
     return cache
-
-
-async def _build_pool(
-    settings: Settings, index: int, pool: PoolSettings, engine: EngineClient, created: int
-) -> ModelPool:
-    built = ModelPool.from_engine(pool.name, engine, pool.aliases, created, pool.modalities)
-    built.strength = pool.strength if pool.strength is not None else index
-    built.tool_parser = pool.tool_parser
-    checkpoint = Path(engine.model_path)
-    from transformers import AutoTokenizer
-
-    built.own_tokenizer = await asyncio.to_thread(AutoTokenizer.from_pretrained, checkpoint)
-    if "image" in built.modalities:
-        built.geometry = vision_geometry(checkpoint)
-        if pool.encoder_pools:
-            vision = VisionEncoderPool(
-                checkpoint,
-                window_ms=settings.encoder_window_ms,
-                max_batch=settings.encoder_max_batch,
-                threads=settings.encoder_threads,
-                device=settings.encoder_device,
-                dtype=settings.encoder_dtype,
-            )
-            await asyncio.to_thread(vision.load)
-            await asyncio.to_thread(vision.warm_up)  # the first request should not pay the cold start
-            vision.start()
-            built.vision = vision
-    if "audio" in built.modalities and pool.encoder_pools:
-        built.audio = await asyncio.to_thread(AudioFeaturePool, checkpoint)
-        await asyncio.to_thread(built.audio.warm_up)
-    cap = engine.capacity
-    built.admission = AdmissionController(
-        total_blocks=cap.num_blocks,
-        block_size=cap.block_size,
-        headroom_blocks=math.ceil(cap.num_blocks * pool.kv_headroom_fraction),
-        max_queue=settings.admission_max_queue,
-        max_wait_s=settings.admission_max_wait_s,
-        enabled=pool.admission,
-    )
-    return built

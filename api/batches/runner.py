@@ -14,8 +14,6 @@ import asyncio
 import json
 import logging
 import uuid
-from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 from api.batches.reading import read_lines
@@ -37,10 +35,6 @@ from tenancy.quotas import QuotaGate
 logger = logging.getLogger(__name__)
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
 BATCH_JOB = "batch"
 OUTPUT_PURPOSE = "batch_output"
 
@@ -56,12 +50,11 @@ async def run_batch(
     responses: ResponseStore | None,
     default_max_tokens: int,
     file_expiry_days: int,
-    clock: Callable[[], datetime] = _now,
 ) -> None:
     batch_id = str(job.payload["batch_id"])
     try:
         await _run(
-            batch_id, directory, quotas, service, batches, files, responses, default_max_tokens, file_expiry_days, clock
+            batch_id, directory, quotas, service, batches, files, responses, default_max_tokens, file_expiry_days
         )
     except asyncio.CancelledError:
         raise  # the gateway is stopping: another picks the batch up where it stopped
@@ -82,7 +75,6 @@ async def _run(
     responses: ResponseStore | None,
     default_max_tokens: int,
     file_expiry_days: int,
-    clock: Callable[[], datetime],
 ) -> None:
     batch = await asyncio.to_thread(batches.get, None, batch_id)
     principal = await asyncio.to_thread(directory.by_key_id, batch.key_id)
@@ -102,7 +94,7 @@ async def _run(
         if current.status == "cancelling":
             stop = "cancelled"
             break
-        if _aware(current.expires_at) <= clock():
+        if batches.past_window(current):
             stop = "expired"
             break
         status, body = await one(line.body)
@@ -110,10 +102,6 @@ async def _run(
         await asyncio.to_thread(batches.finish_line, batch_id, line.line, ok=status == 200, result=result)
         await asyncio.to_thread(lambda: batches.move(batch_id, request_counts=batches.counts(batch_id)))
     await _finish(batches, files, batch_id, batch.tenant_id, stop, file_expiry_days)
-
-
-def _aware(moment: datetime) -> datetime:
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def _errors(data: list[dict[str, Any]]) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from api.routes.ops import health
-from console.admin import live_figures
+from console.live import live_figures
 from serving.metrics import ServerMetrics
 from serving.pools import ModelPool, PoolRegistry
 from tests.stubs import StubEngine

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from config.settings import PoolSettings, Settings
-from tessera.state import _model_paths
+from tessera.pools import model_paths as _model_paths
 
 
 def _settings(*pools: PoolSettings) -> Settings:

@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import AutoConfig
 
-import tessera.state
+import tessera.pools
 from config.settings import Settings
 from demo.checkpoints import build_demo_checkpoints
 from serving.encoders.placement import EncoderPlacement
@@ -154,7 +154,7 @@ def test_build_pool_places_and_warms_the_encoders(checkpoint):
     settings = Settings(encoder_device="cpu", encoder_dtype="bfloat16", encoder_threads=2)
 
     async def build():
-        built = await tessera.state._build_pool(settings, 0, settings.pools[0], _LoadedEngine(checkpoint), 0)
+        built = await tessera.pools.build_pool(settings, 0, settings.pools[0], _LoadedEngine(checkpoint), 0)
         try:
             return built.vision, built.audio
         finally:
@@ -177,12 +177,12 @@ def test_start_pools_refuses_float16_on_cpu_before_building_anything(monkeypatch
     def must_not_run(_settings, _checkpoints):
         raise AssertionError("checkpoints were built before the placement was checked")
 
-    monkeypatch.setattr(tessera.state, "_model_paths", must_not_run)
+    monkeypatch.setattr(tessera.pools, "model_paths", must_not_run)
     settings = Settings(encoder_device="cpu", encoder_dtype="float16")
 
     async def start():
         async with AsyncExitStack() as stack:
-            await tessera.state._start_pools(settings, stack, None)
+            await tessera.pools.start_pools(settings, stack, None)
 
     with pytest.raises(ValueError, match="encoder_dtype float16 needs a GPU"):
         asyncio.run(start())

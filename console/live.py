@@ -1,0 +1,49 @@
+"""The admin overview's live figures: the last minute's rate and TTFT per pool, each pool's KV budget and queues,
+its replicas, and the embedding cache's hit rate."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from serving.encoders.cache import EmbeddingCache
+from serving.metrics import ServerMetrics
+from serving.pools import PoolRegistry
+
+
+def live_figures(metrics: ServerMetrics, pools: PoolRegistry, cache: EmbeddingCache | None) -> dict[str, Any]:
+    """What the overview shows, as of now: the last minute's rate and TTFT, and the pools' current state."""
+    live = metrics.live.snapshot()
+    rows = []
+    for pool in pools.pools:
+        recent = live["pools"].get(pool.name, {})
+        stats = pool.engine.stats
+        rows.append(
+            {
+                "name": pool.name,
+                "up": pool.engine.is_healthy(),
+                "rps": recent.get("rps", 0.0),
+                "ttft_p50_ms": recent.get("ttft_p50_ms"),
+                "ttft_p99_ms": recent.get("ttft_p99_ms"),
+                "kv_usage": stats.kv_cache_usage,
+                "kv_admitted": pool.admission.in_use,
+                "kv_budget": pool.admission.budget,
+                "queue": pool.admission.queue_depth,
+                "engine_waiting": stats.waiting,
+                "running": stats.running,
+            }
+        )
+    hits = misses = 0
+    if cache is not None:
+        for outcomes in cache.stats.by_kind.values():
+            hits += outcomes.get("hit", 0)
+            misses += outcomes.get("miss", 0)
+    return {
+        "span_s": live["span_s"],
+        "rps": live["rps"],
+        "pools": rows,
+        "replicas": [{"pool": pool.name, **r} for pool in pools.pools for r in pool.engine.replicas()],
+        "queue": sum(r["queue"] + r["engine_waiting"] for r in rows),
+        "cache_enabled": cache is not None,
+        "cache_lookups": hits + misses,
+        "cache_hit_rate": (hits / (hits + misses)) if hits + misses else None,
+    }
