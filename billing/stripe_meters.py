@@ -19,13 +19,13 @@ from billing.outbox_policy import (
     customer_idempotency_key,
     meter_definition_idempotency_key,
 )
-from billing.prices import DIMENSIONS
+from billing.prices import BATCH_DIMENSIONS, DIMENSIONS
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-EVENT_NAMES = {d: f"tessera_{d}_tokens" for d in DIMENSIONS}
+EVENT_NAMES = {d: f"tessera_{d}_tokens" for d in (*DIMENSIONS, *BATCH_DIMENSIONS)}
 
 
 class StripeFailure(Exception):

@@ -169,8 +169,25 @@ class Settings(BaseSettings):
     job_poll_s: float = Field(
         default=1.0, gt=0, description="How often an idle gateway looks for queued background work (jobs)."
     )
+    job_concurrency: int = Field(
+        default=4, ge=1, description="Jobs (batches, background responses, sweeps) a gateway works on at once."
+    )
+    batch_concurrency: int = Field(
+        default=8,
+        ge=1,
+        description="Batch lines a gateway runs at once, across its batches (each also waits for its pool's idle "
+        "time: no interactive request queued, room in the batch share of the KV budget).",
+    )
+    batch_turn_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="How long a batch runs lines before it goes back to the job queue, behind other tenants' work.",
+    )
     response_sweep_interval_s: float = Field(
-        default=3600.0, gt=0, description="How often stored responses past their tenant's retention are deleted."
+        default=3600.0,
+        gt=0,
+        description="How often stored responses past their tenant's retention and expired files are deleted (a "
+        "periodic job: one gateway sweeps each time).",
     )
     embedding_cache_dir: Path | None = Field(
         default=None, description="File store of the embedding cache. Unset: `embeddings` in `data_dir`."

@@ -18,10 +18,10 @@ from litestar.response import Redirect, Template
 from sqlalchemy import Engine
 
 from api.auth import Authenticator
-from billing.prices import DIMENSIONS, PriceBook
+from billing.prices import BATCH_PERCENT, DIMENSIONS, PriceBook
 from config.settings import Settings
 from console.auth import ADMIN_SESSION, admin_marker, sign_in, sign_out
-from console.forms import dollars_to_micros, quota_fields, threshold_step
+from console.forms import batch_percent, dollars_to_micros, quota_fields, threshold_step
 from console.keys import EXPIRY_DAYS, key_options
 from console.live import live_figures
 from console.pages import money, page
@@ -329,6 +329,10 @@ class AdminConsoleController(Controller):
                 micros = dollars_to_micros(str(data.get(name, "")), f"The {dim} price of {model}", name)
                 if micros is not None and micros != current[model][dim]:
                     changes.append((model, dim, micros))
+            name = f"{model}.{BATCH_PERCENT}"
+            percent = batch_percent(str(data.get(name, "")), f"The batch price of {model}", name)
+            if percent is not None and percent != current[model][BATCH_PERCENT]:
+                changes.append((model, BATCH_PERCENT, percent))
         for model, dim, micros in changes:
             await asyncio.to_thread(prices.set, model, dim, micros)
         notice = f"{len(changes)} price{'s' if len(changes) != 1 else ''} changed."
@@ -371,8 +375,10 @@ async def _prices_page(prices: PriceBook, pools: PoolRegistry, **extra: Any) -> 
         area="admin",
         active="prices",
         table={
-            m: {d: f"{v / 1_000_000:.6f}".rstrip("0").rstrip(".") for d, v in row.items()} for m, row in table.items()
+            m: {d: f"{row[d] / 1_000_000:.6f}".rstrip("0").rstrip(".") for d in DIMENSIONS} for m, row in table.items()
         },
+        batch={m: row[BATCH_PERCENT] for m, row in table.items()},
+        batch_field=BATCH_PERCENT,
         dimensions=DIMENSIONS,
         **extra,
     )

@@ -40,6 +40,16 @@ def dollars_to_micros(raw: str, label: str, param: str) -> int | None:
     return round(value * 1_000_000)
 
 
+def batch_percent(raw: str, label: str, param: str) -> int | None:
+    """A batch share typed as a whole percent ("50" or "50%"); None when left empty."""
+    raw = raw.strip().rstrip("%").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or not 0 <= int(raw) <= 100:
+        raise InvalidRequest(f"{label} must be a whole percent from 0 to 100", param=param)
+    return int(raw)
+
+
 def threshold_step(threshold: float) -> str:
     """The threshold box's step: 0.05, or "any" for a threshold set off that grid (through the API), which a
     browser would otherwise refuse to submit unchanged."""

@@ -98,6 +98,8 @@ class InferenceRequest(SQLModel, table=True):
     feedback: int | None = None  # the tenant's thumbs on the answer: 1 up, -1 down
     created_at: datetime = Field(default_factory=utcnow, index=True)
     owner: str | None = Field(default=None, max_length=36, index=True)  # the gateway instance running it
+    # interactive | batch: a batch line is billed at its model's batch price, and its batch settles its row.
+    priority: str = Field(default="interactive", max_length=16)
 
 
 class GatewayInstance(SQLModel, table=True):
@@ -224,6 +226,9 @@ class Job(SQLModel, table=True):
     error: str | None = None
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
+    # Not claimed before this moment: a job that yields its turn, or a periodic one, waits here.
+    ready_at: datetime = Field(default_factory=utcnow, index=True)
+    claimed_at: datetime | None = None  # the last claim, which orders tenants for their next turn
 
 
 class ModelPrice(SQLModel, table=True):
@@ -248,7 +253,7 @@ class BillingOutbox(SQLModel, table=True):
     identifier: str = Field(primary_key=True, max_length=96)  # request id + dimension: Stripe dedupes on it
     request_id: str = Field(max_length=64, index=True)
     tenant_id: str = Field(max_length=36, index=True)
-    dimension: str = Field(max_length=16)
+    dimension: str = Field(max_length=32)
     quantity: int
     status: str = Field(default="pending", max_length=16)  # pending | sent | dead
     attempts: int = 0

@@ -72,6 +72,7 @@ class AdmissionController:
         self.rejected = 0
         self._waiting: list[_Waiter] = []
         self._seq = itertools.count()
+        self._room_waiters: list[asyncio.Future[None]] = []
 
     def blocks_for(self, tokens: int) -> int:
         return math.ceil(tokens / self.block_size)
@@ -83,6 +84,25 @@ class AdmissionController:
     @property
     def free_fraction(self) -> float:
         return max(0.0, (self.budget - self.in_use) / self.budget)
+
+    @property
+    def batch_room(self) -> bool:
+        """Whether a batch line may start now: no interactive request waits, and the batch share has room."""
+        if not self.enabled:
+            return True
+        interactive_waiting = any(w.priority == 0 and not w.future.done() for w in self._waiting)
+        return not interactive_waiting and self.batch_in_use < self.batch_budget
+
+    async def wait_batch_room(self) -> None:
+        """Returns once `batch_room` holds (checked again whenever capacity is released or a waiter granted)."""
+        while not self.batch_room:
+            room = asyncio.get_running_loop().create_future()
+            self._room_waiters.append(room)
+            try:
+                await room
+            finally:
+                if room in self._room_waiters:
+                    self._room_waiters.remove(room)
 
     async def acquire(self, tokens: int, priority: str = "interactive") -> Ticket:
         blocks = self.blocks_for(tokens)
@@ -156,6 +176,11 @@ class AdmissionController:
                 keep.append(waiter)
         self._waiting = keep
         heapq.heapify(self._waiting)
+        if self._room_waiters and self.batch_room:
+            for room in self._room_waiters:
+                if not room.done():
+                    room.set_result(None)
+            self._room_waiters.clear()
 
     def _retry_after(self) -> float:
         return max(1.0, min(self.max_wait_s, 2.0 + self.queue_depth * 0.5))

@@ -30,6 +30,11 @@ class CallerIdentity:
     # answer must reach to pass. Serving only carries them.
     grounding_policy: str = "score"
     grounding_threshold: float = 0.9
+    # interactive | batch: the class the request is billed in (a batch line at its model's batch price).
+    priority: str = "interactive"
+    # The request id the caller fixed in advance (a batch line's, so that a line run again after a gateway died is
+    # the same request to metering); None: the lease makes one.
+    request_id: str | None = None
 
 
 class QuotaHold(Protocol):

@@ -108,10 +108,17 @@ class InferenceService:
         """What a streamed answer's end awaits under the caller's guardrail, or None when it waits for nothing."""
         return stream_verdict(self.gate, caller, completion)
 
+    async def batch_room(self, model: str) -> None:
+        """Waits until batch work may start on the pool `model` names (every pool, for `auto` or a name no pool
+        has): its interactive queue is empty and the batch share of its KV budget has room."""
+        named = self.pipeline.pools.get(model)
+        for pool in [named] if named is not None else self.pipeline.pools.pools:
+            await pool.admission.wait_batch_room()
+
     async def start(self, request: GenerationRequest, caller: CallerPolicy) -> Completion:
         """Admit the request and submit it to an engine; refusals raise before anything is held."""
         started = time.monotonic()
-        request_id = f"chatcmpl-{uuid.uuid4().hex}"
+        request_id = caller.identity.request_id or f"chatcmpl-{uuid.uuid4().hex}"
         try:
             with ExitStack() as releases:
                 submission, settlement = await self._submit(request, caller, request_id, started, releases)

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, func
 from sqlmodel import Session, col, select
 
 from db.models import Batch, BatchLine, aware, utcnow
@@ -155,14 +155,23 @@ class BatchStore:
             query = select(BatchLine).where(BatchLine.batch_id == batch_id, col(BatchLine.ok).is_(None))
             return list(s.exec(query.order_by(col(BatchLine.line))).all())
 
-    def finish_line(self, batch_id: str, line: int, *, ok: bool, result: dict[str, Any]) -> None:
+    def finish_line(self, batch_id: str, line: int, *, ok: bool, result: dict[str, Any]) -> bool:
+        """Records a line's result in a transaction of its own; False when it had one (the first stands)."""
         with Session(self._db) as s:
-            row = s.get(BatchLine, (batch_id, line), with_for_update=True)
-            if row is None or row.ok is not None:
-                return  # ran already: the first result stands
-            row.ok, row.result = ok, result
-            s.add(row)
+            written = self.record_line(s, batch_id, line, ok=ok, result=result)
             s.commit()
+        return written
+
+    @staticmethod
+    def record_line(s: Session, batch_id: str, line: int, *, ok: bool, result: dict[str, Any]) -> bool:
+        """Records a line's result within the caller's transaction `s` (which commits it with the line's usage);
+        False when the line had one already: the first result stands."""
+        row = s.get(BatchLine, (batch_id, line), with_for_update=True)
+        if row is None or row.ok is not None:
+            return False
+        row.ok, row.result = ok, result
+        s.add(row)
+        return True
 
     def lines(self, batch_id: str) -> list[BatchLine]:
         with Session(self._db, expire_on_commit=False) as s:
@@ -170,9 +179,12 @@ class BatchStore:
             return list(s.exec(query).all())
 
     def counts(self, batch_id: str) -> dict[str, int]:
-        rows = self.lines(batch_id)
+        """The batch's `request_counts`: its lines, those answered, and those that failed."""
+        with Session(self._db) as s:
+            query = select(BatchLine.ok, func.count()).where(BatchLine.batch_id == batch_id).group_by(col(BatchLine.ok))
+            by_outcome = {ok: int(n) for ok, n in s.exec(query).all()}
         return {
-            "total": len(rows),
-            "completed": sum(r.ok is True for r in rows),
-            "failed": sum(r.ok is False for r in rows),
+            "total": sum(by_outcome.values()),
+            "completed": by_outcome.get(True, 0),
+            "failed": by_outcome.get(False, 0),
         }

@@ -11,6 +11,7 @@ than one request's worst case. The lease settles each reservation to what the re
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 import functools
 import hashlib
@@ -61,6 +62,7 @@ class BudgetHold:
     model: str
     tokens: int | None = None
     cost_micros: int | None = None
+    batch: bool = False  # spend counted at the model's batch price
 
 
 def usage_quantities(usage: TokenUsage) -> dict[str, int]:
@@ -102,20 +104,25 @@ class TenantHold:
 
 @dataclass(frozen=True)
 class TenantPolicy:
+    """A principal's policy for one request. With `batch_line` (the line's fixed request id) it is a batch line's:
+    billed at the batch price and counted in the monthly budgets, but not in the tokens-per-minute or
+    concurrency limits, which protect interactive traffic."""
+
     principal: Principal
     gate: QuotaGate
+    batch_line: str | None = None
 
     @property
     def identity(self) -> CallerIdentity:
         quota = self.principal.quota
-        if quota is None:
-            return CallerIdentity(self.principal.tenant_id, self.principal.key_id)
-        return CallerIdentity(
-            self.principal.tenant_id,
-            self.principal.key_id,
-            grounding_policy=quota.grounding_policy,
-            grounding_threshold=quota.grounding_threshold,
-        )
+        identity = CallerIdentity(self.principal.tenant_id, self.principal.key_id)
+        if quota is not None:
+            identity = dataclasses.replace(
+                identity, grounding_policy=quota.grounding_policy, grounding_threshold=quota.grounding_threshold
+            )
+        if self.batch_line is not None:
+            identity = dataclasses.replace(identity, priority="batch", request_id=self.batch_line)
+        return identity
 
     @property
     def cache_salt(self) -> str:
@@ -128,11 +135,12 @@ class TenantPolicy:
             )
 
     async def precheck(self) -> None:
-        await self.gate.precheck(self.principal)
+        if self.batch_line is None:
+            await self.gate.precheck(self.principal)
 
     async def reserve(self, model: str, worst: TokenUsage) -> QuotaHold:
         self.check_model(model)
-        return await self.gate.reserve(self.principal, model, worst)
+        return await self.gate.reserve(self.principal, model, worst, batch=self.batch_line is not None)
 
 
 class QuotaGate:
@@ -144,9 +152,16 @@ class QuotaGate:
         self._prices = prices or PriceBook(db)  # queried only when a spending budget is set
         self._budget_cache_s = budget_cache_s
         self._month: dict[str, tuple[float, int, int]] = {}  # tenant -> (valid until, tokens, cost micros)
+        self._batch_line: str | None = None
 
     def policy(self, principal: Principal) -> TenantPolicy:
-        return TenantPolicy(principal, self)
+        return TenantPolicy(principal, self, self._batch_line)
+
+    def for_batch_line(self, request_id: str) -> QuotaGate:
+        """This gate, handing out batch-line policies for the line whose request id is `request_id`."""
+        view = copy.copy(self)  # shares the limiter and the month cache
+        view._batch_line = request_id
+        return view
 
     async def precheck(self, principal: Principal) -> None:
         """Refuse at once a tenant whose request slots or tokens are all taken, before the request costs the
@@ -176,12 +191,15 @@ class QuotaGate:
                 limits=limits,
             )
 
-    async def reserve(self, principal: Principal, model: str, worst: TokenUsage) -> TenantHold:
+    async def reserve(self, principal: Principal, model: str, worst: TokenUsage, *, batch: bool = False) -> TenantHold:
+        """Reserves `worst` against the tenant's monthly budgets and (unless `batch`) its rate limits."""
         quota = principal.quota
         if principal.tenant_id is None or quota is None:
             return TenantHold(self, None)
         tokens = worst.total
-        budget = await self._reserve_budget(principal.tenant_id, quota, model, worst)
+        budget = await self._reserve_budget(principal.tenant_id, quota, model, worst, batch=batch)
+        if batch:
+            return TenantHold(self, None, {}, budget)
         try:
             decision = await self._limiter.reserve(
                 principal.tenant_id, tokens, Limits(quota.tokens_per_minute, quota.concurrent_requests)
@@ -204,7 +222,7 @@ class QuotaGate:
         return TenantHold(self, decision.reservation, counters, budget)
 
     async def _reserve_budget(
-        self, tenant_id: str, quota: TenantQuota, model: str, worst: TokenUsage
+        self, tenant_id: str, quota: TenantQuota, model: str, worst: TokenUsage, *, batch: bool = False
     ) -> BudgetHold | None:
         """Reserve the request's worst case against the monthly token and spending budgets, across every gateway,
         so parallel requests cannot overrun either by more than one request's worst case."""
@@ -212,10 +230,12 @@ class QuotaGate:
             return None
         tokens_used, cost_used = await self._spent(tenant_id)
         month = datetime.now(UTC).strftime("%Y-%m")
-        hold = BudgetHold(tenant_id, month, model)
+        hold = BudgetHold(tenant_id, month, model, batch=batch)
         if quota.monthly_cost_budget_micros is not None:
             # Rounded up, so a request is never reserved for less than its bill; the prices may take a query.
-            cost = await asyncio.to_thread(self._prices.cost_of, model, usage_quantities(worst), round_up=True)
+            cost = await asyncio.to_thread(
+                self._prices.cost_of, model, usage_quantities(worst), round_up=True, batch=batch
+            )
             ok, _ = await self._limiter.reserve_budget(
                 tenant_id, _cost_counter(month), cost, quota.monthly_cost_budget_micros, cost_used
             )
@@ -249,7 +269,9 @@ class QuotaGate:
         if budget.tokens is not None:
             counters.append((budget.month, budget.tokens, used.total))
         if budget.cost_micros is not None:
-            spent = await asyncio.to_thread(self._prices.cost_of, budget.model, usage_quantities(used))
+            spent = await asyncio.to_thread(
+                self._prices.cost_of, budget.model, usage_quantities(used), batch=budget.batch
+            )
             counters.append((_cost_counter(budget.month), budget.cost_micros, spent))
         for counter, reserved, actual in counters:
             try:

@@ -13,6 +13,10 @@ gateway dies mid-request.
 - Each gateway instance keeps a heartbeat row. Rows whose owner's heartbeat stopped (a crash, kill -9) are
   settled as `interrupted` by any gateway, at start-up and then periodically, billed for the prompt tokens
   known when they were opened.
+- A batch line's row is the batch's to settle (`settle_batch_line`): `close` keeps its record, and the batch
+  runner commits the settlement with the line's result in one transaction, so a line is either answered and
+  billed, or neither. Its request id is fixed by the line, so when a gateway dies mid-line, the line runs again
+  under the same id and takes its row over; orphan settlement leaves such rows alone.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 
 from sqlalchemy import Engine, delete, or_
@@ -70,6 +74,7 @@ def usage_row(record: CompletionRecord) -> InferenceRequest:
         api_key_id=record.caller.key_id,
         cached_image_tokens=u.cached_image,
         cached_audio_tokens=u.cached_audio,
+        priority=record.caller.priority,
     )
 
 
@@ -91,6 +96,7 @@ class UsageJournal:
         self.instance_id = str(uuid.uuid4())
         self._task: asyncio.Task[None] | None = None
         self._unsettled: dict[str, CompletionRecord] = {}  # closes that ran out of retries, tried again later
+        self._batch_lines: dict[str, CompletionRecord] = {}  # closed batch lines, until their batch settles them
         self.interrupted_total = 0
 
     # -- lifecycle -------------------------------------------------------------------------------------------
@@ -167,14 +173,26 @@ class UsageJournal:
             api_key_id=opened.caller.key_id,
             owner=self.instance_id,
             prompt_fingerprint=opened.fingerprint,
+            priority=opened.caller.priority,
         )
         with Session(self._db) as s:
+            if opened.caller.request_id is not None:  # a batch line run again: its earlier run's row is taken over
+                earlier = s.get(InferenceRequest, opened.request_id, with_for_update=True)
+                if earlier is not None and earlier.status != RUNNING:
+                    raise RuntimeError(f"{opened.request_id} was settled already")
+                if earlier is not None:
+                    s.delete(earlier)
+                    s.flush()
             s.add(row)
             s.commit()
 
     async def close(self, record: CompletionRecord) -> None:
         """Settle the record's row, retrying; if every try fails, it stays queued for the heartbeat loop and
-        this raises `Unavailable` (`metering_unavailable`): the request's usage is not on record yet."""
+        this raises `Unavailable` (`metering_unavailable`): the request's usage is not on record yet. A batch
+        line's record waits for `settle_batch_line`."""
+        if record.caller.request_id is not None:
+            self._batch_lines[record.request_id] = record
+            return
         for delay in (*self._retry_delays, None):
             try:
                 await asyncio.to_thread(self._close, record)
@@ -201,33 +219,75 @@ class UsageJournal:
 
     def _close(self, record: CompletionRecord) -> bool:
         """One try, in one transaction. False when the row was already settled (nothing is added again)."""
+        with Session(self._db, expire_on_commit=False) as s:
+            if not self._settle_in(s, record):
+                return False
+            s.commit()
+        return True
+
+    def settle_batch_line(self, request_id: str, write: Callable[[Session], bool]) -> bool:
+        """Commits a batch line's result (`write`, which returns False when the line already has one) together
+        with the usage of its request, if it reached an engine: both or neither. Returns whether it committed."""
+        record = self._batch_lines.get(request_id)
+        with Session(self._db, expire_on_commit=False) as s:
+            if not write(s):
+                s.rollback()
+                self._batch_lines.pop(request_id, None)
+                return False
+            if record is not None:
+                self._settle_in(s, record)
+            s.commit()
+        self._batch_lines.pop(request_id, None)
+        return True
+
+    def forget_batch_line(self, request_id: str) -> None:
+        """Drops a batch line's record whose result could not be committed: the line runs again."""
+        self._batch_lines.pop(request_id, None)
+
+    def settle_abandoned(self, request_ids: Sequence[str]) -> int:
+        """Settles as interrupted the rows a batch's unfinished lines left running (their gateway died, and the batch
+        ended before they ran again), billed for the prompt tokens known when they were opened."""
+        settled = 0
+        with Session(self._db, expire_on_commit=False) as s:
+            for request_id in request_ids:
+                row = s.get(InferenceRequest, request_id, with_for_update=True)
+                if row is None or row.status != RUNNING:
+                    continue
+                row.status = INTERRUPTED
+                row.cost_micros = self._prices.cost_micros(row)
+                s.add(row)
+                s.add_all(self._prices.outbox_rows(row))
+                settled += 1
+            s.commit()
+        return settled
+
+    def _settle_in(self, s: Session, record: CompletionRecord) -> bool:
+        """Settles the record's row within `s`; False when it was already settled (nothing is added again)."""
         final = usage_row(record)
         final.cost_micros = self._prices.cost_micros(final)
-        with Session(self._db, expire_on_commit=False) as s:
-            row = s.get(InferenceRequest, record.request_id, with_for_update=True)
-            if row is not None and row.status != RUNNING:
-                return False
-            if row is None:  # opened before the journal existed, or its open was lost: the record is the truth
-                s.add(final)
-            else:
-                for name in (
-                    "modality_mask",
-                    "text_tokens",
-                    "vision_tokens",
-                    "audio_tokens",
-                    "cached_tokens",
-                    "output_tokens",
-                    "status",
-                    "ttft_ms",
-                    "total_latency_ms",
-                    "cached_image_tokens",
-                    "cached_audio_tokens",
-                    "cost_micros",
-                ):
-                    setattr(row, name, getattr(final, name))
-                s.add(row)
-            s.add_all(self._prices.outbox_rows(final))
-            s.commit()
+        row = s.get(InferenceRequest, record.request_id, with_for_update=True)
+        if row is not None and row.status != RUNNING:
+            return False
+        if row is None:  # opened before the journal existed, or its open was lost: the record is the truth
+            s.add(final)
+        else:
+            for name in (
+                "modality_mask",
+                "text_tokens",
+                "vision_tokens",
+                "audio_tokens",
+                "cached_tokens",
+                "output_tokens",
+                "status",
+                "ttft_ms",
+                "total_latency_ms",
+                "cached_image_tokens",
+                "cached_audio_tokens",
+                "cost_micros",
+            ):
+                setattr(row, name, getattr(final, name))
+            s.add(row)
+        s.add_all(self._prices.outbox_rows(final))
         return True
 
     # -- orphans ---------------------------------------------------------------------------------------------
@@ -242,6 +302,7 @@ class UsageJournal:
             query = (
                 select(InferenceRequest)
                 .where(InferenceRequest.status == RUNNING)
+                .where(InferenceRequest.priority != "batch")  # its batch settles it (settle_batch_line)
                 .where(or_(col(InferenceRequest.owner).is_(None), col(InferenceRequest.owner).not_in(alive)))
                 .where(col(InferenceRequest.created_at) < cutoff)
                 .with_for_update(skip_locked=True)

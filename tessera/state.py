@@ -21,7 +21,7 @@ import httpx
 from sqlalchemy import Engine
 
 from api.auth import Authenticator
-from api.batches.runner import BATCH_JOB, run_batch
+from api.batches.runner import BATCH_JOB, BatchRunner
 from api.responses.background import run_background_response
 from api.responses.service import BACKGROUND_JOB
 from billing.prices import PriceBook
@@ -29,7 +29,7 @@ from billing.stripe_meters import StripeMeters
 from billing.worker import OutboxWorker
 from config.settings import Settings
 from grounding.service import GroundingService
-from jobs.runner import JobRunner
+from jobs.runner import Claimed, JobRunner
 from jobs.runner import stop as stop_runner
 from serving.background import BackgroundTasks
 from serving.encoders.cache import EmbeddingCache
@@ -157,10 +157,6 @@ async def build_state(settings: Settings, checkpoints: CheckpointResolver | None
         stack.push_async_callback(journal.stop)
         stored_responses = ResponseStore(db, BlobStore(settings.resolved_files_dir() / "media"))
         files = FileStore(db, settings.resolved_files_dir() / "uploads")
-        sweeper = asyncio.get_running_loop().create_task(
-            _sweep_forever((stored_responses.sweep, files.sweep), settings.response_sweep_interval_s)
-        )
-        stack.push_async_callback(_stopped, sweeper)
         bus = CompletionBus(tasks, [metrics.record_completion], journal=journal)
         grounding = (
             GroundingService.create(
@@ -199,18 +195,29 @@ async def build_state(settings: Settings, checkpoints: CheckpointResolver | None
             default_max_tokens=settings.default_max_tokens,
         )
         batches = BatchStore(db)
-        batch = functools.partial(
-            run_batch,
+        batch = BatchRunner(
             directory=directory,
             quotas=quotas,
             service=service,
             batches=batches,
             files=files,
             responses=stored_responses,
+            journal=journal,
             default_max_tokens=settings.default_max_tokens,
             file_expiry_days=settings.file_expiry_days,
+            concurrency=settings.batch_concurrency,
+            turn_s=settings.batch_turn_s,
         )
-        jobs = JobRunner(db, {BACKGROUND_JOB: background, BATCH_JOB: batch}, poll_s=settings.job_poll_s)
+        sweep = functools.partial(
+            _sweep, (stored_responses.sweep, files.sweep), interval_s=settings.response_sweep_interval_s
+        )
+        jobs = JobRunner(
+            db,
+            {BACKGROUND_JOB: background, BATCH_JOB: batch, SWEEP_JOB: sweep},
+            poll_s=settings.job_poll_s,
+            concurrency=settings.job_concurrency,
+        )
+        await asyncio.to_thread(jobs.schedule, SWEEP_JOB, SWEEP_JOB_ID)
         stack.push_async_callback(stop_runner, asyncio.get_running_loop().create_task(jobs.run_forever()))
         yield AppState(
             settings=settings,
@@ -234,17 +241,19 @@ async def build_state(settings: Settings, checkpoints: CheckpointResolver | None
         )
 
 
-async def _sweep_forever(sweeps: tuple[Callable[[], int], ...], interval_s: float) -> None:
-    """Deletes stored responses and files past their retention or expiry, now and every `interval_s`; every
-    gateway replica sweeps, and what two of them delete at once is simply gone."""
-    while True:
-        for sweep in sweeps:
-            try:
-                if swept := await asyncio.to_thread(sweep):
-                    logger.info("swept %d expired rows (%s)", swept, getattr(sweep, "__qualname__", sweep))
-            except Exception:
-                logger.exception("a sweep failed; trying again in %.0f s", interval_s)
-        await asyncio.sleep(interval_s)
+SWEEP_JOB, SWEEP_JOB_ID = "sweep", "job_sweep"
+
+
+async def _sweep(sweeps: tuple[Callable[[], int], ...], job: Claimed, *, interval_s: float) -> float:
+    """The periodic sweep job: deletes stored responses and files past their retention or expiry, then asks to
+    come back in `interval_s`. It is one job, so one gateway sweeps each time."""
+    for sweep in sweeps:
+        try:
+            if swept := await asyncio.to_thread(sweep):
+                logger.info("swept %d expired rows (%s)", swept, getattr(sweep, "__qualname__", sweep))
+        except Exception:
+            logger.exception("a sweep failed; trying again in %.0f s", interval_s)
+    return interval_s
 
 
 def _limiter(settings: Settings) -> RateLimiter:

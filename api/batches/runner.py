@@ -1,165 +1,299 @@
 """Running a batch, as a job of the job runner (jobs.runner): read and check its input file, then each line through
 the endpoint's own path (`answer_chat`, `create_response`) at `priority: batch`, under the policy of the key that
-created the batch: admitted, encoded, cached, metered and grounded as an interactive request is. A line's result is
-committed as soon as it ran, so a batch picked up again (its gateway died) goes on with the lines not yet run.
+created the batch: admitted, encoded, cached, metered and grounded as an interactive request is, billed at the
+model's batch price, counted in the tenant's monthly budgets but not in its rate limits.
 
-Between lines the runner looks at the batch: `cancelling` stops it, and past its completion window the lines left
-are expired. Then it writes the output file (the lines that answered, with status 200) and the error file (the
-rest, in OpenAI's shape) and ends the batch `completed`, `cancelled` or `expired`.
+Lines run in the engines' idle time: a line starts only while its pool has no interactive request waiting and the
+batch share of its KV budget has room, and a gateway runs at most `concurrency` lines at once across its batches.
+A batch works in turns of `turn_s` seconds, then goes back to the job queue, so another tenant's batch gets the
+next turn. Each line's result is committed with its usage row in one transaction (`UsageJournal.
+settle_batch_line`); a line's request id is fixed by its batch and line number, so a line whose gateway died runs
+again as the same request, and a line that has a result never runs again.
+
+Between lines the runner looks at the batch: `cancelling` stops it, past its completion window the lines left are
+expired, and a line refused for the tenant's monthly budget stops it with the lines left failed as
+`insufficient_quota`. Then it writes the output file (the lines that answered, with status 200) and the error file
+(the rest, in OpenAI's shape) and ends the batch `completed`, `cancelled` or `expired`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
+import time
 import uuid
+from dataclasses import dataclass, field
 from typing import Any
 
 from api.batches.reading import read_lines
 from api.chat.parsing import parse_chat_request
 from api.chat.service import answer_chat
 from api.errors import to_api_error
-from api.responses.background import waiting_out_rate_limits
 from api.responses.parsing import parse_responses_request
 from api.responses.service import create_response
+from db.models import BatchLine
 from jobs.runner import Claimed
-from serving.errors import NotFound, TesseraError
+from serving.errors import NotFound, QuotaExceeded, RateLimited, TesseraError, Unavailable
 from serving.service import InferenceService
 from storage.batches import BatchStore
 from storage.files import FileStore
 from storage.responses import ResponseStore
 from tenancy.directory import Directory, Principal
 from tenancy.quotas import QuotaGate
+from tenancy.usage_log import UsageJournal
 
 logger = logging.getLogger(__name__)
 
-
 BATCH_JOB = "batch"
 OUTPUT_PURPOSE = "batch_output"
+TRANSIENT_TRIES = 8  # a line refused for a moment (the pool at capacity, an engine restarting) is tried again
+TRANSIENT_WAIT_MAX_S = 15.0
+UNRUN = {
+    "cancelled": ("batch_cancelled", "the batch was cancelled before this request ran"),
+    "expired": ("batch_expired", "the batch's completion window ended before this request ran"),
+    "insufficient_quota": (
+        "insufficient_quota",
+        "the tenant's monthly budget ran out before this request ran; raise it and submit these lines again",
+    ),
+}
 
 
-async def run_batch(
-    job: Claimed,
-    *,
-    directory: Directory,
-    quotas: QuotaGate,
-    service: InferenceService,
-    batches: BatchStore,
-    files: FileStore,
-    responses: ResponseStore | None,
-    default_max_tokens: int,
-    file_expiry_days: int,
-) -> None:
-    batch_id = str(job.payload["batch_id"])
-    try:
-        await _run(
-            batch_id, directory, quotas, service, batches, files, responses, default_max_tokens, file_expiry_days
-        )
-    except asyncio.CancelledError:
-        raise  # the gateway is stopping: another picks the batch up where it stopped
-    except Exception as exc:
-        logger.exception("batch %s failed", batch_id)
-        failure = {"code": "server_error", "message": f"the batch could not run: {type(exc).__name__}: {exc}"}
-        await asyncio.to_thread(batches.move, batch_id, "failed", errors=_errors([failure]))
-        raise
+def line_request_id(batch_id: str, line: int) -> str:
+    """The request id of a batch line: the same each time the line runs, so its usage row is one row."""
+    return "chatcmpl-" + hashlib.sha256(f"{batch_id}:{line}".encode()).hexdigest()[:32]
 
 
-async def _run(
-    batch_id: str,
-    directory: Directory,
-    quotas: QuotaGate,
-    service: InferenceService,
-    batches: BatchStore,
-    files: FileStore,
-    responses: ResponseStore | None,
-    default_max_tokens: int,
-    file_expiry_days: int,
-) -> None:
-    batch = await asyncio.to_thread(batches.get, None, batch_id)
-    principal = await asyncio.to_thread(directory.by_key_id, batch.key_id)
-    if principal is None or principal.tenant_id != batch.tenant_id:
-        failure = {"code": "invalid_api_key", "message": "the key that created this batch no longer exists"}
-        await asyncio.to_thread(batches.move, batch_id, "failed", errors=_errors([failure]))
-        return
-    if batch.status == "validating" and not await _validated(batches, files, batch_id):
-        return
+@dataclass
+class BatchRunner:
+    """The `batch` job's handler: `await runner(job)` runs one turn of the job's batch."""
 
-    async def one(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        return await _run_line(batch.endpoint, body, principal, service, quotas, responses, default_max_tokens)
+    directory: Directory
+    quotas: QuotaGate
+    service: InferenceService
+    batches: BatchStore
+    files: FileStore
+    responses: ResponseStore | None
+    journal: UsageJournal | None
+    default_max_tokens: int
+    file_expiry_days: int
+    concurrency: int = 8
+    turn_s: float = 30.0
+    _slots: asyncio.Semaphore = field(init=False)
 
-    stop = "completed"
-    for line in await asyncio.to_thread(batches.pending, batch_id):
-        current = await asyncio.to_thread(batches.get, None, batch_id)
+    def __post_init__(self) -> None:
+        self._slots = asyncio.Semaphore(max(1, self.concurrency))
+
+    async def __call__(self, job: Claimed) -> float | None:
+        batch_id = str(job.payload["batch_id"])
+        try:
+            return await self._turn(batch_id)
+        except asyncio.CancelledError:
+            raise  # the gateway is stopping: another picks the batch up where it stopped
+        except Exception as exc:
+            logger.exception("batch %s failed", batch_id)
+            failure = {"code": "server_error", "message": f"the batch could not run: {type(exc).__name__}: {exc}"}
+            await asyncio.to_thread(self.batches.move, batch_id, "failed", errors=_errors([failure]))
+            raise
+
+    async def _turn(self, batch_id: str) -> float | None:
+        """Runs lines for up to `turn_s`; returns 0 (another turn, after whoever waits) or None (the batch ended)."""
+        batch = await asyncio.to_thread(self.batches.get, None, batch_id)
+        principal = await asyncio.to_thread(self.directory.by_key_id, batch.key_id)
+        if principal is None or principal.tenant_id != batch.tenant_id:
+            failure = {"code": "invalid_api_key", "message": "the key that created this batch no longer exists"}
+            await asyncio.to_thread(self.batches.move, batch_id, "failed", errors=_errors([failure]))
+            return None
+        if batch.status == "validating" and not await self._validated(batch_id):
+            return None
+        pending = await asyncio.to_thread(self.batches.pending, batch_id)
+        deadline = time.monotonic() + self.turn_s
+        stop: str | None = None
+        refused = asyncio.Event()  # a line was refused for the tenant's monthly budget
+        running: set[asyncio.Task[None]] = set()
+        try:
+            for line in pending:
+                stop = await self._stop_reason(batch_id)
+                if stop is not None or refused.is_set() or time.monotonic() >= deadline:
+                    break
+                await self._slots.acquire()
+                try:
+                    await self.service.batch_room(str(line.body.get("model", "")))
+                except BaseException:
+                    self._slots.release()
+                    raise
+                task = asyncio.get_running_loop().create_task(self._line(batch.endpoint, principal, line, refused))
+                running.add(task)
+                task.add_done_callback(running.discard)
+            await asyncio.gather(*running)
+        except BaseException:
+            for task in running:
+                task.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
+            raise
+        if refused.is_set() or await self._budget_ran_out(batch_id):
+            stop = "insufficient_quota"
+        left = await asyncio.to_thread(self.batches.pending, batch_id)
+        if left and stop is None:
+            stop = await self._stop_reason(batch_id)
+            if stop is None:
+                return 0.0  # the turn is over: the batch goes back to the queue
+        await self._finish(batch_id, batch.tenant_id, stop or "completed")
+        return None
+
+    async def _stop_reason(self, batch_id: str) -> str | None:
+        current = await asyncio.to_thread(self.batches.get, None, batch_id)
         if current.status == "cancelling":
-            stop = "cancelled"
-            break
-        if batches.past_window(current):
-            stop = "expired"
-            break
-        status, body = await one(line.body)
+            return "cancelled"
+        if self.batches.past_window(current):
+            return "expired"
+        return None
+
+    async def _budget_ran_out(self, batch_id: str) -> bool:
+        """Whether a line of the batch was refused for its tenant's monthly budget (on this turn or an earlier)."""
+        lines = await asyncio.to_thread(self.batches.lines, batch_id)
+        return any(_refused_for_budget(line) for line in lines)
+
+    async def _validated(self, batch_id: str) -> bool:
+        batch = await asyncio.to_thread(self.batches.get, None, batch_id)
+        try:
+            content = await asyncio.to_thread(self.files.content, batch.tenant_id, batch.input_file_id)
+        except NotFound as exc:
+            failure = {"code": "invalid_file", "message": exc.message, "param": "input_file_id", "line": None}
+            await asyncio.to_thread(self.batches.move, batch_id, "failed", errors=_errors([failure]))
+            return False
+        lines, errors = read_lines(content, batch.endpoint)
+        if errors:
+            await asyncio.to_thread(self.batches.move, batch_id, "failed", errors=_errors(errors))
+            return False
+        await asyncio.to_thread(self.batches.add_lines, batch_id, lines)
+        counts = {"total": len(lines), "completed": 0, "failed": 0}
+        moved = await asyncio.to_thread(
+            self.batches.move, batch_id, "in_progress", only_from="validating", request_counts=counts
+        )
+        return moved["status"] in ("in_progress", "cancelling")  # cancelled while validating: lines end cancelled
+
+    async def _line(self, endpoint: str, principal: Principal, line: BatchLine, refused: asyncio.Event) -> None:
+        """Runs one line and commits its result with its usage; sets `refused` when the tenant's budget refused
+        it."""
+        request_id = line_request_id(line.batch_id, line.line)
+        try:
+            status, body = await self._answer(endpoint, line.body, principal, request_id)
+        finally:
+            self._slots.release()
         result = _result(line.custom_id, status, body)
-        await asyncio.to_thread(batches.finish_line, batch_id, line.line, ok=status == 200, result=result)
-        await asyncio.to_thread(lambda: batches.move(batch_id, request_counts=batches.counts(batch_id)))
-    await _finish(batches, files, batch_id, batch.tenant_id, stop, file_expiry_days)
+
+        def write(s: Any) -> bool:
+            return self.batches.record_line(s, line.batch_id, line.line, ok=status == 200, result=result)
+
+        try:
+            if self.journal is not None:
+                await asyncio.to_thread(self.journal.settle_batch_line, request_id, write)
+            else:
+                await asyncio.to_thread(
+                    self.batches.finish_line, line.batch_id, line.line, ok=status == 200, result=result
+                )
+        except Exception:
+            if self.journal is not None:
+                self.journal.forget_batch_line(request_id)
+            logger.exception("batch %s line %d: its result could not be committed; it runs again", *_where(line))
+            return
+        if status != 200 and (body.get("error") or {}).get("code") == QuotaExceeded.default_code:
+            refused.set()
+        try:
+            counts = await asyncio.to_thread(self.batches.counts, line.batch_id)
+            await asyncio.to_thread(self.batches.move, line.batch_id, request_counts=counts)
+        except Exception:  # the counts catch up with the next line
+            logger.warning("batch %s: its request counts could not be updated", line.batch_id, exc_info=True)
+
+    async def _answer(
+        self, endpoint: str, body: dict[str, Any], principal: Principal, request_id: str
+    ) -> tuple[int, dict[str, Any]]:
+        """One line through its endpoint's path: its status code and response body (an error in OpenAI's shape)."""
+        raw = json.dumps({**body, "stream": False, "priority": "batch"}).encode()
+        quotas = self.quotas.for_batch_line(request_id)
+
+        async def attempt() -> Any:
+            if endpoint == "/v1/responses":
+                req = parse_responses_request(raw)
+                return await create_response(
+                    req, principal, self.service, quotas, self.responses, default_max_tokens=self.default_max_tokens
+                )
+            return await answer_chat(
+                parse_chat_request(raw), principal, self.service, quotas, default_max_tokens=self.default_max_tokens
+            )
+
+        try:
+            answered = await _patiently(attempt, request_id)
+        except Exception as exc:  # a line must not take its batch down with it
+            if not isinstance(exc, TesseraError):
+                logger.exception("a batch line failed")
+            err = to_api_error(exc)
+            return err.status_code, err.body()
+        return int(answered.status_code or 200), dict(answered.content)
+
+    async def _finish(self, batch_id: str, tenant_id: str, stop: str) -> None:
+        """Writes the output and error files, settles what crashed runs of its lines left open, ends the batch."""
+        await asyncio.to_thread(self.batches.move, batch_id, "finalizing")
+        output: list[dict[str, Any]] = []
+        failed: list[dict[str, Any]] = []
+        lines = await asyncio.to_thread(self.batches.lines, batch_id)
+        for line in lines:
+            if line.ok is None:
+                failed.append(_unrun(line.custom_id, stop))
+            else:
+                (output if line.ok else failed).append(line.result or {})
+        if self.journal is not None:
+            ids = [line_request_id(batch_id, line.line) for line in lines]
+            await asyncio.to_thread(self.journal.settle_abandoned, ids)
+
+        def write(rows: list[dict[str, Any]], name: str) -> str | None:
+            if not rows:
+                return None
+            content = "".join(json.dumps(row, separators=(",", ":")) + "\n" for row in rows).encode()
+            made = self.files.create(
+                tenant_id, OUTPUT_PURPOSE, f"{batch_id}_{name}.jsonl", content, expires_days=self.file_expiry_days
+            )
+            return made.id
+
+        output_id = await asyncio.to_thread(write, output, "output")
+        error_id = await asyncio.to_thread(write, failed, "error")
+        counts = {"total": len(lines), "completed": len(output), "failed": len(failed)}
+        status = "completed" if stop == "insufficient_quota" else stop
+        await asyncio.to_thread(
+            self.batches.move, batch_id, status, output_file_id=output_id, error_file_id=error_id, request_counts=counts
+        )
+
+
+async def _patiently(attempt: Any, request_id: str) -> Any:
+    """`attempt()`, tried again while it is refused for a moment (rate limited, the pool at capacity, an engine
+    restarting), after its `retry-after`, up to `TRANSIENT_TRIES` times."""
+    for tries in range(1, TRANSIENT_TRIES + 1):
+        try:
+            return await attempt()
+        except (RateLimited, Unavailable) as exc:
+            if tries == TRANSIENT_TRIES or (exc.code == "metering_unavailable" and tries > 2):
+                raise
+            wait = min(TRANSIENT_WAIT_MAX_S, float(exc.retry_after_s or 1.0))
+            logger.info("batch line %s waits %.1f s (%s)", request_id, wait, exc.code)
+            await asyncio.sleep(wait)
+    raise AssertionError("unreachable")
+
+
+def _where(line: BatchLine) -> tuple[str, int]:
+    return line.batch_id, line.line
+
+
+def _refused_for_budget(line: BatchLine) -> bool:
+    if line.ok is not False or not line.result or not line.result.get("response"):
+        return False
+    error = (line.result["response"].get("body") or {}).get("error") or {}
+    return bool(error.get("code") == QuotaExceeded.default_code)
 
 
 def _errors(data: list[dict[str, Any]]) -> dict[str, Any]:
     return {"object": "list", "data": data}
-
-
-async def _validated(batches: BatchStore, files: FileStore, batch_id: str) -> bool:
-    batch = await asyncio.to_thread(batches.get, None, batch_id)
-    try:
-        content = await asyncio.to_thread(files.content, batch.tenant_id, batch.input_file_id)
-    except NotFound as exc:
-        failure = {"code": "invalid_file", "message": exc.message, "param": "input_file_id", "line": None}
-        await asyncio.to_thread(batches.move, batch_id, "failed", errors=_errors([failure]))
-        return False
-    lines, errors = read_lines(content, batch.endpoint)
-    if errors:
-        await asyncio.to_thread(batches.move, batch_id, "failed", errors=_errors(errors))
-        return False
-    await asyncio.to_thread(batches.add_lines, batch_id, lines)
-    counts = {"total": len(lines), "completed": 0, "failed": 0}
-    moved = await asyncio.to_thread(
-        batches.move, batch_id, "in_progress", only_from="validating", request_counts=counts
-    )
-    return moved["status"] in ("in_progress", "cancelling")  # cancelled while validating: its lines end cancelled
-
-
-async def _run_line(
-    endpoint: str,
-    body: dict[str, Any],
-    principal: Principal,
-    service: InferenceService,
-    quotas: QuotaGate,
-    responses: ResponseStore | None,
-    default_max_tokens: int,
-) -> tuple[int, dict[str, Any]]:
-    """One line through its endpoint's path: its status code and response body (an error in OpenAI's shape)."""
-    raw = json.dumps({**body, "stream": False, "priority": "batch"}).encode()
-
-    async def attempt() -> Any:
-        if endpoint == "/v1/responses":
-            req = parse_responses_request(raw)
-            return await create_response(
-                req, principal, service, quotas, responses, default_max_tokens=default_max_tokens
-            )
-        return await answer_chat(
-            parse_chat_request(raw), principal, service, quotas, default_max_tokens=default_max_tokens
-        )
-
-    try:
-        answered = await waiting_out_rate_limits(attempt, what="a batch line")
-    except TesseraError as exc:
-        err = to_api_error(exc)
-        return err.status_code, err.body()
-    except Exception as exc:  # a line must not take its batch down with it
-        logger.exception("a batch line failed")
-        err = to_api_error(exc)
-        return err.status_code, err.body()
-    return int(answered.status_code or 200), dict(answered.content)
 
 
 def _result(custom_id: str, status: int, body: dict[str, Any]) -> dict[str, Any]:
@@ -170,39 +304,10 @@ def _result(custom_id: str, status: int, body: dict[str, Any]) -> dict[str, Any]
 
 
 def _unrun(custom_id: str, stop: str) -> dict[str, Any]:
-    message = {
-        "cancelled": "the batch was cancelled before this request ran",
-        "expired": "the batch's completion window ended before this request ran",
-    }[stop]
-    code = "batch_cancelled" if stop == "cancelled" else "batch_expired"
-    error = {"code": code, "message": message}
-    return {"id": f"batch_req_{uuid.uuid4().hex}", "custom_id": custom_id, "response": None, "error": error}
-
-
-async def _finish(
-    batches: BatchStore, files: FileStore, batch_id: str, tenant_id: str, stop: str, expiry_days: int
-) -> None:
-    """Writes the output and error files and ends the batch."""
-    await asyncio.to_thread(batches.move, batch_id, "finalizing")
-    output: list[dict[str, Any]] = []
-    failed: list[dict[str, Any]] = []
-    for line in await asyncio.to_thread(batches.lines, batch_id):
-        if line.ok is None:
-            failed.append(_unrun(line.custom_id, stop))
-        else:
-            (output if line.ok else failed).append(line.result or {})
-
-    def write(rows: list[dict[str, Any]], name: str) -> str | None:
-        if not rows:
-            return None
-        content = "".join(json.dumps(row, separators=(",", ":")) + "\n" for row in rows).encode()
-        made = files.create(tenant_id, OUTPUT_PURPOSE, f"{batch_id}_{name}.jsonl", content, expires_days=expiry_days)
-        return made.id
-
-    output_id = await asyncio.to_thread(write, output, "output")
-    error_id = await asyncio.to_thread(write, failed, "error")
-    counts = await asyncio.to_thread(batches.counts, batch_id)
-    counts["failed"] = len(failed)
-    await asyncio.to_thread(
-        batches.move, batch_id, stop, output_file_id=output_id, error_file_id=error_id, request_counts=counts
-    )
+    code, message = UNRUN[stop]
+    return {
+        "id": f"batch_req_{uuid.uuid4().hex}",
+        "custom_id": custom_id,
+        "response": None,
+        "error": {"code": code, "message": message},
+    }

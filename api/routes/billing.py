@@ -15,7 +15,7 @@ from sqlalchemy import Engine
 from api.openapi import errors
 from api.protocol import STORED_INT_MAX
 from billing import outbox
-from billing.prices import DIMENSIONS, PriceBook
+from billing.prices import BATCH_PERCENT, DIMENSIONS, PriceBook
 from billing.webhooks import receive
 from config.settings import Settings
 from serving.errors import InvalidRequest
@@ -29,7 +29,12 @@ class PriceIn(BaseModel):
 
 
 Dimension = Annotated[
-    str, Parameter(pattern=f"^({'|'.join(DIMENSIONS)})$", description="The billable dimension the price is for.")
+    str,
+    Parameter(
+        pattern=f"^({'|'.join((*DIMENSIONS, BATCH_PERCENT))})$",
+        description=f"The billable dimension the price is for, or {BATCH_PERCENT}: the share of the prices (0 to 100) "
+        "that batch lines pay.",
+    ),
 ]
 
 
@@ -51,7 +56,10 @@ class PriceController(Controller):
         data: JSONBody[PriceIn],
         prices: NamedDependency[PriceBook],
     ) -> dict[str, Any]:
-        await asyncio.to_thread(prices.set, model, dimension, data.micros_per_million)
+        try:
+            await asyncio.to_thread(prices.set, model, dimension, data.micros_per_million)
+        except ValueError as exc:
+            raise InvalidRequest(str(exc), param="micros_per_million") from None
         return {"model": model, "dimension": dimension, "micros_per_million": data.micros_per_million}
 
 

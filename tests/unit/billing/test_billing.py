@@ -95,7 +95,7 @@ def test_events_total_equals_usage_total(db):
         asyncio.run(_drain(worker))
         assert worker.pending() == 0
         assert fake.totals() == _db_totals(rows)
-        assert len(fake.meters) == len(DIMENSIONS)
+        assert len(fake.meters) == len(EVENT_NAMES)
         assert len(fake.customers) == 1
 
 

@@ -20,7 +20,7 @@ from sqlmodel import Session
 from billing import outbox
 from billing.outbox_policy import OutboxPolicy
 from billing.prices import DIMENSIONS
-from billing.stripe_meters import StripeMeters
+from billing.stripe_meters import EVENT_NAMES, StripeMeters
 from billing.worker import OutboxWorker
 from db.models import BillingOutbox, Tenant
 from db.session import make_engine
@@ -167,7 +167,7 @@ def test_two_replicas_drain_a_backlog_through_an_outage_exactly_once(pg, record_
     assert a | b == set(live)
     # One customer per tenant and one meter per dimension, although both replicas raced to create them.
     assert len(fake.customers) == TENANTS
-    assert len(fake.meters) == len(DIMENSIONS)
+    assert len(fake.meters) == len(EVENT_NAMES)
     # The dead letters: the old event was never sent, the refused one was sent once and never retried.
     assert fake.keys_by_identifier[old] == []
     assert fake.executions[refused] == 1
