@@ -120,16 +120,16 @@ class JobRunner:
             job = s.get(Job, job_id)
             return job.status if job is not None else None
 
-    def cancel(self, job_id: str) -> str | None:
-        """Cancels a job: a queued one at once, a running one at its runner's next renewal. Returns the job's
-        status afterwards (None: no such job)."""
+    def cancel(self, job_id: str, *, running: bool = True) -> str | None:
+        """Cancels a job: a queued one at once, a running one (unless `running` is False: its handler ends it its
+        own way) at its runner's next renewal. Returns the job's status afterwards (None: no such job)."""
         with Session(self._db, expire_on_commit=False) as s:
             job = s.get(Job, job_id, with_for_update=True)
             if job is None:
                 return None
             if job.status == "queued":
                 job.status = "cancelled"
-            elif job.status == "running":
+            elif job.status == "running" and running:
                 job.cancel_requested = True
             job.updated_at = self._clock()
             s.add(job)

@@ -89,6 +89,7 @@ def _receipt(row: InferenceRequest) -> dict[str, Any]:
         "ttft_ms": row.ttft_ms,
         "total_latency_ms": row.total_latency_ms,
         "cost_micros": row.cost_micros,
+        "priority": row.priority,  # batch: billed at the model's batch share of the prices
         "grounding_score": row.grounding_score,
         "grounding_unsupported": row.grounding_unsupported,
         "grounding_passed": row.grounding_passed,

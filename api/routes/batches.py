@@ -10,11 +10,11 @@ from litestar.di import NamedDependency
 from litestar.params import FromPath, FromQuery, JSONBody
 
 from api.auth import tenant_of
+from api.batches import submit
 from api.batches.protocol import BatchCreate, BatchList, BatchObject
-from api.batches.runner import BATCH_JOB
 from api.openapi import answer, errors
 from jobs.runner import JobRunner
-from serving.errors import InvalidRequest, NotFound
+from serving.errors import NotFound
 from storage.batches import BatchStore
 from storage.files import FileStore
 from tenancy.directory import Principal
@@ -26,10 +26,6 @@ def _stores(batches: BatchStore | None, jobs: JobRunner | None) -> tuple[BatchSt
     if batches is None or jobs is None:
         raise NotFound("this server runs no batches", param="batch_id")
     return batches, jobs
-
-
-def _job_id(batch_id: str) -> str:
-    return "job_" + batch_id.removeprefix("batch_")
 
 
 @post(
@@ -48,25 +44,17 @@ async def create_batch(
     tenant = tenant_of(principal, WHAT)
     if files is None:
         raise NotFound("this server keeps no files", param="input_file_id")
-    try:
-        source = await asyncio.to_thread(files.get, tenant, data.input_file_id)
-    except NotFound:
-        raise NotFound(f"no file with id '{data.input_file_id}'", param="input_file_id") from None
-    if source.purpose != "batch":
-        message = f"file '{source.id}' was uploaded for {source.purpose!r}, not 'batch'"
-        raise InvalidRequest(message, param="input_file_id")
-    body = await asyncio.to_thread(
-        store.create,
+    return await submit.submit_batch(
+        store,
+        runner,
+        files,
         tenant_id=tenant,
         key_id=principal.key_id,
+        input_file_id=data.input_file_id,
         endpoint=data.endpoint,
-        input_file_id=source.id,
         completion_window=data.completion_window,
         metadata=data.metadata,
     )
-    payload = {"batch_id": body["id"]}
-    await asyncio.to_thread(runner.enqueue, BATCH_JOB, payload, tenant_id=tenant, job_id=_job_id(body["id"]))
-    return body
 
 
 @get("/v1/batches/{batch_id:str}", responses={**answer(BatchObject, "The batch."), **errors(400, 401, 404, 429)})
@@ -106,9 +94,4 @@ async def cancel_batch(
     jobs: NamedDependency[JobRunner | None],
 ) -> dict[str, Any]:
     store, runner = _stores(batches, jobs)
-    batch = await asyncio.to_thread(store.get, tenant_of(principal, WHAT), batch_id)
-    if batch.status == "validating" and await asyncio.to_thread(runner.cancel, _job_id(batch_id)) == "cancelled":
-        return await asyncio.to_thread(store.move, batch_id, "cancelled")  # it never started
-    if batch.status in ("validating", "in_progress"):
-        return await asyncio.to_thread(store.move, batch_id, "cancelling")  # its runner stops between lines
-    return dict(batch.body)
+    return await submit.cancel_batch(store, runner, tenant_of(principal, WHAT), batch_id)

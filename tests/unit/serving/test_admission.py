@@ -113,3 +113,30 @@ def test_batch_class_cannot_crowd_out_interactive_requests():
         assert (ctl.in_use, ctl.batch_in_use) == (0, 0)
 
     asyncio.run(run())
+
+
+def test_batch_work_waits_while_interactive_requests_queue_or_its_share_is_full():
+    async def run():
+        ctl = _ctl()  # budget 8 blocks, batch share 6
+        assert ctl.batch_room
+        held = await ctl.acquire(16 * 8)  # the whole budget, interactive
+        waiting = asyncio.create_task(ctl.acquire(16, "interactive"))
+        await asyncio.sleep(0.01)
+        assert not ctl.batch_room  # an interactive request waits
+        room = asyncio.create_task(ctl.wait_batch_room())
+        await asyncio.sleep(0.01)
+        assert not room.done()
+        ctl.release(held)
+        ticket = await waiting
+        await asyncio.wait_for(room, 1)  # the queue emptied
+        batch = [await ctl.acquire(16 * 3, "batch"), await ctl.acquire(16 * 3, "batch")]
+        assert not ctl.batch_room  # the batch share (6 blocks) is full, though 1 block is free
+        room = asyncio.create_task(ctl.wait_batch_room())
+        await asyncio.sleep(0.01)
+        assert not room.done()
+        ctl.release(batch[0])
+        await asyncio.wait_for(room, 1)
+        ctl.release(ticket)
+        ctl.release(batch[1])
+
+    asyncio.run(run())
