@@ -169,6 +169,12 @@ class Settings(BaseSettings):
     job_poll_s: float = Field(
         default=1.0, gt=0, description="How often an idle gateway looks for queued background work (jobs)."
     )
+    job_lease_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="A job's lease, renewed while its gateway works on it: how long a job whose gateway died waits "
+        "before another gateway takes it over.",
+    )
     job_concurrency: int = Field(
         default=4, ge=1, description="Jobs (batches, background responses, sweeps) a gateway works on at once."
     )

@@ -21,6 +21,7 @@ from api.auth import Authenticator
 from billing.prices import BATCH_PERCENT, DIMENSIONS, PriceBook
 from config.settings import Settings
 from console.auth import ADMIN_SESSION, admin_marker, sign_in, sign_out
+from console.batches import admin_batches
 from console.forms import batch_percent, dollars_to_micros, quota_fields, threshold_step
 from console.keys import EXPIRY_DAYS, key_options
 from console.live import live_figures
@@ -30,6 +31,7 @@ from console.usage import csv_response, date_range, day_bounds, gauges, usage_cs
 from serving.errors import InvalidRequest
 from serving.metrics import ServerMetrics
 from serving.pools import PoolRegistry
+from storage.batches import BatchStore
 from tenancy.console_sessions import ConsoleSessions
 from tenancy.directory import GROUNDING_POLICIES, Directory, Principal, Tenant, TenantQuota
 from tenancy.limits import RateLimiter
@@ -146,6 +148,8 @@ class AdminConsoleController(Controller):
         pools: NamedDependency[PoolRegistry],
         cache: NamedDependency[Any],
         db: NamedDependency[Engine],
+        batches: NamedDependency[BatchStore | None],
+        directory: NamedDependency[Directory],
         start: FromQuery[str | None] = None,
         end: FromQuery[str | None] = None,
     ) -> Template:
@@ -162,6 +166,7 @@ class AdminConsoleController(Controller):
             eval_report=await asyncio.to_thread(eval_headline),
             eval_json=EVAL_JSON,
             eval_html=EVAL_HTML,
+            **await admin_batches(batches, directory),
         )
 
     @get("/eval/grounding.html")
@@ -182,6 +187,15 @@ class AdminConsoleController(Controller):
         cache: NamedDependency[Any],
     ) -> Template:
         return page("console/admin/_live.html.jinja2", area="admin", live=live_figures(server_metrics, pools, cache))
+
+    @get("/batches")
+    async def batch_list(
+        self,
+        console_admin: NamedDependency[Principal],
+        batches: NamedDependency[BatchStore | None],
+        directory: NamedDependency[Directory],
+    ) -> Template:
+        return page("console/_batches.html.jinja2", area="admin", **await admin_batches(batches, directory))
 
     # -- tenants ------------------------------------------------------------------------------------------
 

@@ -15,6 +15,8 @@ from sqlmodel import Session, col, select
 from db.models import Batch, BatchLine, aware, utcnow
 from serving.errors import InvalidRequest, NotFound
 
+__all__ = ["BatchLine", "BatchStore"]  # a line as the runner reads it
+
 PAGE_MAX = 100
 WINDOWS = {"24h": timedelta(hours=24)}
 ENDED = frozenset({"completed", "failed", "expired", "cancelled"})
@@ -112,6 +114,15 @@ class BatchStore:
         with Session(self._db) as s:
             rows = s.exec(query.order_by(col(Batch.created_at).desc(), col(Batch.id).desc()).limit(limit + 1)).all()
         return [dict(row.body) for row in rows[:limit]], len(rows) > limit
+
+    def recent(self, limit: int = 20, *, tenant_id: str | None = None) -> list[tuple[str, dict[str, Any]]]:
+        """The newest batches (one tenant's, or every tenant's), as (tenant id, batch object)."""
+        query = select(Batch)
+        if tenant_id is not None:
+            query = query.where(Batch.tenant_id == tenant_id)
+        with Session(self._db) as s:
+            rows = s.exec(query.order_by(col(Batch.created_at).desc(), col(Batch.id).desc()).limit(limit)).all()
+        return [(row.tenant_id, dict(row.body)) for row in rows]
 
     def move(
         self, batch_id: str, status: str | None = None, *, only_from: str | None = None, **fields: Any

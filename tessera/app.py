@@ -43,6 +43,7 @@ from api.routes.usage import usage_receipt, usage_summary
 from config.settings import Settings
 from console.admin import AdminConsoleController
 from console.auth import admin_principal, tenant_principal
+from console.batches import BatchesController
 from console.controllers import ConsoleController
 from console.errors import console_error
 from console.keys import KeysController
@@ -182,6 +183,7 @@ def create_app(
         route_handlers=[
             ConsoleController,
             KeysController,
+            BatchesController,
             UsageController,
             RequestsController,
             AdminConsoleController,

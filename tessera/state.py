@@ -215,6 +215,7 @@ async def build_state(settings: Settings, checkpoints: CheckpointResolver | None
             db,
             {BACKGROUND_JOB: background, BATCH_JOB: batch, SWEEP_JOB: sweep},
             poll_s=settings.job_poll_s,
+            lease_s=settings.job_lease_s,
             concurrency=settings.job_concurrency,
         )
         await asyncio.to_thread(jobs.schedule, SWEEP_JOB, SWEEP_JOB_ID)

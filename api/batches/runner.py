@@ -33,11 +33,10 @@ from api.chat.service import answer_chat
 from api.errors import to_api_error
 from api.responses.parsing import parse_responses_request
 from api.responses.service import create_response
-from db.models import BatchLine
 from jobs.runner import Claimed
 from serving.errors import NotFound, QuotaExceeded, RateLimited, TesseraError, Unavailable
 from serving.service import InferenceService
-from storage.batches import BatchStore
+from storage.batches import BatchLine, BatchStore
 from storage.files import FileStore
 from storage.responses import ResponseStore
 from tenancy.directory import Directory, Principal
