@@ -134,9 +134,9 @@ class BatchRunner:
         if refused.is_set() or await self._budget_ran_out(batch_id):
             stop = "insufficient_quota"
         left = await asyncio.to_thread(self.batches.pending, batch_id)
-        if left and stop is None:
-            stop = await self._stop_reason(batch_id)
-            if stop is None:
+        if stop is None:
+            stop = await self._stop_reason(batch_id)  # cancelled meanwhile: it ends cancelled, even with no line left
+            if left and stop is None:
                 return 0.0  # the turn is over: the batch goes back to the queue
         await self._finish(batch_id, batch.tenant_id, stop or "completed")
         return None

@@ -55,6 +55,15 @@ def accessible(page, name: str) -> None:
     assert not bad, f"{name}: " + "; ".join(bad)
 
 
+# The elements reaching past the viewport's right edge (outside scrolling boxes, or positioned, which a scrolling
+# box does not hold unless it is positioned itself), to say what overflows.
+OVERFLOWING = """(width) => [...document.querySelectorAll('body *')]
+  .filter(e => e.getBoundingClientRect().right > width &&
+    (getComputedStyle(e).position !== 'static' || !e.closest('.scroll')))
+  .slice(0, 5).map(e => e.tagName + (e.id ? '#' + e.id : '') + '.' + e.className + ' ' +
+    Math.round(e.getBoundingClientRect().right))"""
+
+
 def shoot(page, name: str) -> None:
     """Screenshots at both widths, after checking the page fits each width and passes the accessibility rules."""
     accessible(page, name)
@@ -62,7 +71,8 @@ def shoot(page, name: str) -> None:
     for label, width in WIDTHS.items():
         page.set_viewport_size({"width": width, "height": 900})
         # The layout fits the width: nothing makes the page scroll sideways.
-        assert page.evaluate("document.documentElement.scrollWidth") <= width, f"{name} overflows at {width}px"
+        wide = page.evaluate(OVERFLOWING, width)
+        assert page.evaluate("document.documentElement.scrollWidth") <= width, f"{name} overflows at {width}px: {wide}"
         page.screenshot(path=str(ARTIFACTS / f"{name}-{label}.png"), full_page=True)
     page.set_viewport_size({"width": WIDTHS["desktop"], "height": 900})
 

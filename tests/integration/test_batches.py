@@ -105,7 +105,7 @@ def test_bad_lines_fail_the_batch_naming_each(client):
 
 
 def test_cancelling_ends_every_line_once(client):
-    lines = [_line(f"n{n}", f"Count to {n}.", max_tokens=16) for n in range(12)]
+    lines = [_line(f"n{n}", f"Count to {n}.", max_tokens=32) for n in range(48)]
     batch = client.batches.create(input_file_id=_upload(client, lines), endpoint=CHAT, completion_window="24h")
     time.sleep(1.0)
     assert client.batches.cancel(batch.id).status in ("cancelling", "cancelled")
