@@ -37,6 +37,7 @@ bench-smoke: setup
 	$(VENV)/bin/tessera bench latency --smoke --json artifacts/bench-smoke/latency.json
 	$(VENV)/bin/tessera bench tenancy --smoke --json artifacts/bench-smoke/tenancy.json
 	$(VENV)/bin/tessera bench structured --smoke --json artifacts/bench-smoke/structured.json
+	$(VENV)/bin/tessera bench batch --smoke --json artifacts/bench-smoke/batch.json
 	$(VENV)/bin/tessera bench fleet --smoke --json artifacts/bench-smoke/fleet.json
 
 # The full benches (about 3, 2, 1, 1 and 6 minutes on 2 cores; fleet starts two vLLM replicas of its own).

@@ -10,7 +10,8 @@ SMOKE_HELP = "Tiny counts that still run every step, live server included (a min
 
 
 def add_bench_parser(subparsers: Any) -> None:
-    """Adds `bench pipeline|latency|tenancy|structured|fleet`, each with `--json PATH` (required) and `--smoke`."""
+    """Adds `bench pipeline|latency|tenancy|structured|fleet|batch`, each with `--json PATH` (required) and
+    `--smoke`."""
     bench = subparsers.add_parser("bench", help="Benchmarks (each writes JSON; --smoke for a quick check).")
     kinds = bench.add_subparsers(dest="bench_command", required=True)
     pipe = kinds.add_parser("pipeline", help="Encoder pools, embedding cache and admission vs the plain path.")
@@ -28,7 +29,10 @@ def add_bench_parser(subparsers: Any) -> None:
     fleet.add_argument("--requests", type=int, help="Timed requests per policy (default 120; smoke 12).")
     fleet.add_argument("--rate", type=float, help="Poisson arrivals per second (default 1.2; smoke 1.5).")
     fleet.add_argument("--plot", type=Path, help="Also draw the TTFT CDF of both policies to this PNG.")
-    for p in (pipe, latency, tenancy, structured, fleet):
+    batch = kinds.add_parser("batch", help="Interactive TTFT with a batch draining beside it; the batch's throughput.")
+    batch.add_argument("--rate", type=float, help="Interactive req/s (default: half the goodput the bench measures).")
+    batch.add_argument("--lines", type=int, help="Lines in the batch (default 500; smoke 12).")
+    for p in (pipe, latency, tenancy, structured, fleet, batch):
         p.add_argument("--json", type=Path, required=True, help="Where to write the results.")
         p.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
 
@@ -52,6 +56,10 @@ def run_bench(args: argparse.Namespace) -> None:
             from bench.latency import run_latency_bench
 
             run_latency_bench(args.json, settings, smoke=args.smoke, repeats=args.repeats, max_tokens=args.max_tokens)
+        elif args.bench_command == "batch":
+            from bench.batch import run_batch_bench
+
+            run_batch_bench(args.json, settings, smoke=args.smoke, rate=args.rate, lines=args.lines)
         elif args.bench_command == "fleet":
             from bench.fleet import run_fleet_bench
 
