@@ -63,7 +63,10 @@ class JobRunner:
         max_attempts: int = 3,
         concurrency: int = 4,
         clock: Callable[[], datetime] = utcnow,
+        gave_up: dict[str, Callable[[Claimed], None]] | None = None,
     ) -> None:
+        """`gave_up` maps a kind to what ends a job of it in its domain when its runners died `max_attempts` times
+        (a batch then ends `failed`)."""
         self._db = db
         self._handlers = handlers
         self.owner = owner or f"runner-{uuid.uuid4().hex[:12]}"
@@ -73,6 +76,7 @@ class JobRunner:
         self._concurrency = max(1, concurrency)
         self._clock = clock
         self.running: set[str] = set()  # the jobs this runner is working on
+        self._gave_up = gave_up or {}
 
     # -- the queue --------------------------------------------------------------------------------------------
 
@@ -167,6 +171,7 @@ class JobRunner:
                 s.add(job)
                 s.commit()
                 logger.warning("job %s failed: its runners died %d times", job.id, job.attempts)
+                self._give_up(Claimed(job.id, job.kind, job.tenant_id, dict(job.payload), job.attempts))
                 return self.claim()
             job.status, job.owner, job.lease_until = "running", self.owner, now + self._lease
             job.attempts += 1
@@ -174,6 +179,15 @@ class JobRunner:
             s.add(job)
             s.commit()
             return Claimed(job.id, job.kind, job.tenant_id, dict(job.payload), job.attempts)
+
+    def _give_up(self, job: Claimed) -> None:
+        ending = self._gave_up.get(job.kind)
+        if ending is None:
+            return
+        try:
+            ending(job)
+        except Exception:
+            logger.exception("job %s: ending it after its runners died failed", job.id)
 
     def _renew(self, job_id: str) -> bool:
         """Extends this runner's lease; False when the job was cancelled or is no longer this runner's."""

@@ -217,6 +217,7 @@ async def build_state(settings: Settings, checkpoints: CheckpointResolver | None
             poll_s=settings.job_poll_s,
             lease_s=settings.job_lease_s,
             concurrency=settings.job_concurrency,
+            gave_up={BATCH_JOB: batch.gave_up},
         )
         await asyncio.to_thread(jobs.schedule, SWEEP_JOB, SWEEP_JOB_ID)
         stack.push_async_callback(stop_runner, asyncio.get_running_loop().create_task(jobs.run_forever()))

@@ -96,6 +96,14 @@ class BatchRunner:
             await asyncio.to_thread(self.batches.move, batch_id, "failed", errors=_errors([failure]))
             raise
 
+    def gave_up(self, job: Claimed) -> None:
+        """Ends a batch whose gateways died running it `max_attempts` times in a row: `failed`, saying so."""
+        failure = {
+            "code": "server_error",
+            "message": f"the gateways running this batch stopped {job.attempt} times in a row; submit it again",
+        }
+        self.batches.move(str(job.payload["batch_id"]), "failed", errors=_errors([failure]))
+
     async def _turn(self, batch_id: str) -> float | None:
         """Runs lines for up to `turn_s`; returns 0 (another turn, after whoever waits) or None (the batch ended)."""
         batch = await asyncio.to_thread(self.batches.get, None, batch_id)

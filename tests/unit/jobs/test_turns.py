@@ -120,3 +120,14 @@ def test_a_runner_works_on_several_jobs_at_once(db):
         return most
 
     assert asyncio.run(scenario()) == 3
+
+
+def test_a_job_given_up_is_ended_in_its_domain(db):
+    clock, ended = Clock(), []
+    runner = JobRunner(db, {"batch": _noop}, clock=clock, lease_s=10, max_attempts=1, gave_up={"batch": ended.append})
+    job = runner.enqueue("batch", {"batch_id": "b1"}, tenant_id="t")
+    assert runner.claim().id == job  # its runner dies
+    clock.now += timedelta(seconds=11)
+    assert runner.claim() is None
+    assert [(j.id, j.payload) for j in ended] == [(job, {"batch_id": "b1"})]
+    assert runner.status(job) == "failed"
