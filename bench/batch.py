@@ -6,14 +6,16 @@ On one live server (the `small` pool, embedded engine), with the fleet bench's m
 
 1. The interactive rate: half of the server's goodput, the highest rate of a ladder of open-loop Poisson rates at
    which TTFT p99 stays within 250 ms (or the rate given with `--rate`).
-2. Direct: the batch's lines sent straight to `/v1/chat/completions`, as fast as the engine allows (many at once),
-   with no other traffic: the engine's throughput in lines per second.
-3. Alone: the interactive workload at that rate: TTFT p50/p99.
-4. With a batch: the same schedule again while a batch of the same kind of lines (fresh media) drains; then the
-   batch runs to its end, and its throughput is its lines over its running time.
+2. Rounds (3), each side by side:
+   - direct: the batch's lines sent straight to `/v1/chat/completions`, as fast as the engine allows (many at
+     once), with no other traffic: the engine's throughput in lines per second;
+   - alone: the interactive workload at that rate: TTFT p50/p99;
+   - with a batch: the same schedule again while a batch of such lines (media of its own) drains, counting the
+     requests sent before it completed; the batch's throughput is its lines over its running time.
 
-The report gives the TTFT p99 with the batch over the p99 without, and the batch's throughput over the direct one,
-against the targets (at most 1.15x, at least 0.7x).
+Each round gives the TTFT p99 (and p50) with the batch over the one without, and the batch's throughput over the
+direct run's; the report gives their median over the rounds with the spread, against the targets (at most 1.15x,
+at least 0.7x).
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -47,22 +51,40 @@ class BatchSizes:
     max_tokens: int = 32
     ladder: tuple[float, ...] = (2.0, 4.0, 8.0, 16.0, 32.0, 48.0)
     ladder_requests: int = 60
+    rounds: int = 3  # each: the direct run, interactive alone, interactive beside a batch
     direct_concurrency: int = 32
     batch_timeout_s: float = 1800.0
 
 
 FULL = BatchSizes()
-SMOKE = BatchSizes(lines=12, interactive=8, max_tokens=8, ladder=(), ladder_requests=0, batch_timeout_s=300.0)
+SMOKE = BatchSizes(lines=40, interactive=8, max_tokens=8, ladder=(), ladder_requests=0, rounds=1, batch_timeout_s=300.0)
+SMOKE_RATE = 8.0  # the smoke's 8 interactive requests are all sent while its batch drains
 
 
 def _fleet_sizes(sizes: BatchSizes, requests: int, rate: float, seed: int) -> FleetSizes:
     return FleetSizes(requests=requests, rate=rate, max_tokens=sizes.max_tokens, seed=seed)
 
 
-def _phase(server: LiveServer, keys: list[str], jobs: list[Job], sizes: FleetSizes, progress: Progress) -> dict:
+def _phase(
+    server: LiveServer,
+    keys: list[str],
+    jobs: list[Job],
+    sizes: FleetSizes,
+    progress: Progress,
+    sent_before: Callable[[], float] | None = None,
+) -> dict:
+    """The open-loop workload's TTFT; with `sent_before` (seconds after the phase's start, known once it ended),
+    only over the requests sent before then."""
+    started = time.time()
     results, wall, late = asyncio.run(open_loop(server, keys, jobs, sizes, progress))
+    if sent_before is not None:
+        cutoff = sent_before() - started
+        results = [r for r in results if r["job"].at_s < cutoff]
+        if not results:
+            raise BenchFailure("the batch ended before any interactive request was sent: give it more lines")
     ok = [r for r in results if not r["error"]]
-    summary = latency_summary(ok)["overall"] if ok else {}
+    by_class = latency_summary(ok) if ok else {}
+    summary = by_class.pop("overall", {})
     return {
         "requests": len(results),
         "errors": len(results) - len(ok),
@@ -70,6 +92,7 @@ def _phase(server: LiveServer, keys: list[str], jobs: list[Job], sizes: FleetSiz
         "wall_s": round(wall, 1),
         "worst_send_lateness_ms": round(late * 1000, 1),
         **summary,
+        "by_class": by_class,
     }
 
 
@@ -87,20 +110,15 @@ def _goodput(server: LiveServer, keys: list[str], sizes: BatchSizes, progress: P
     return {"ttft_p99_limit_ms": GOODPUT_TTFT_P99_MS, "goodput_per_s": best, "ladder": steps}
 
 
-def _batch_lines(sizes: BatchSizes) -> list[dict[str, Any]]:
-    """The batch's requests: the mixed workload's kinds and prompts, `max_tokens` of them each."""
-    fleet = _fleet_sizes(sizes, sizes.lines, 1.0, seed=4242)
-    return [request_body(job, fleet) for job in workload(fleet)]
-
-
-def _fresh_media(bodies: list[dict[str, Any]], sizes: BatchSizes) -> list[dict[str, Any]]:
-    """The same lines with media of their own (shifted seeds), so neither run finds the other's in the cache."""
+def _lines(sizes: BatchSizes, media_offset: int) -> list[dict[str, Any]]:
+    """The batch's requests: the mixed workload's kinds and prompts, `max_tokens` of them each; media seeds shifted
+    by `media_offset`, so no run finds another's media in the embedding cache."""
     fleet = _fleet_sizes(sizes, sizes.lines, 1.0, seed=4242)
     shifted = [
         replace(
             j,
-            image=None if j.image is None else j.image + MEDIA_OFFSET,
-            audio=None if j.audio is None else j.audio + MEDIA_OFFSET,
+            image=None if j.image is None else j.image + media_offset,
+            audio=None if j.audio is None else j.audio + media_offset,
         )
         for j in workload(fleet)
     ]
@@ -175,19 +193,74 @@ def _until(server: LiveServer, batch_id: str, done: Any, timeout_s: float, progr
     return batch
 
 
+def _spread(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    return {"median": round(statistics.median(ordered), 3), "min": ordered[0], "max": ordered[-1]}
+
+
+def _round(
+    server: LiveServer,
+    keys: list[str],
+    jobs: list[Job],
+    interactive: FleetSizes,
+    sizes: BatchSizes,
+    n: int,
+    progress: Progress,
+) -> dict[str, Any]:
+    """One round, side by side: the direct run, the interactive workload alone, then again beside a batch."""
+    out: dict[str, Any] = {"round": n}
+    progress(f"[round {n}/{sizes.rounds}] direct: {sizes.lines} lines as fast as the engine allows")
+    out["direct"] = asyncio.run(_direct(server, _lines(sizes, 2 * n * MEDIA_OFFSET), sizes.direct_concurrency))
+    progress(f"[round {n}/{sizes.rounds}] interactive alone: {len(jobs)} requests at {interactive.rate:g}/s")
+    out["alone"] = _phase(server, keys, jobs, interactive, progress)
+    progress(f"[round {n}/{sizes.rounds}] interactive with a {sizes.lines}-line batch draining")
+    batch_id = _submit(server, _lines(sizes, (2 * n + 1) * MEDIA_OFFSET))
+    _until(server, batch_id, lambda b: b["request_counts"]["completed"] >= 1, sizes.batch_timeout_s, progress)
+    ended: dict[str, Any] = {}
+
+    def batch_end() -> float:
+        ended.update(_until(server, batch_id, lambda b: b["status"] == "completed", sizes.batch_timeout_s, progress))
+        return float(ended["completed_at"])
+
+    # Only the interactive requests sent while the batch was still draining count.
+    out["with_batch"] = _phase(server, keys, jobs, interactive, progress, sent_before=batch_end)
+    running_s = max(1, ended["completed_at"] - ended["in_progress_at"])
+    counts = ended["request_counts"]
+    out["batch"] = {
+        "id": batch_id,
+        "request_counts": counts,
+        "running_s": running_s,
+        "lines_per_s": round(counts["total"] / running_s, 3),
+    }
+    alone, beside = out["alone"], out["with_batch"]
+    out["ratios"] = {
+        "ttft_p99_with_batch_over_alone": round(beside["ttft_p99_ms"] / alone["ttft_p99_ms"], 3),
+        "ttft_p50_with_batch_over_alone": round(beside["ttft_p50_ms"] / alone["ttft_p50_ms"], 3),
+        "batch_over_direct_throughput": round(out["batch"]["lines_per_s"] / out["direct"]["lines_per_s"], 3),
+    }
+    progress(
+        f"  round {n}: TTFT p99 {alone['ttft_p99_ms']} ms alone, {beside['ttft_p99_ms']} ms with the batch; batch "
+        f"{out['batch']['lines_per_s']} lines/s, direct {out['direct']['lines_per_s']}"
+    )
+    return out
+
+
 def run_batch_bench(
     out: Path,
     settings: Settings,
     smoke: bool = False,
     rate: float | None = None,
     lines: int | None = None,
+    batch_concurrency: int | None = None,
     progress: Progress = print,
 ) -> dict[str, Any]:
     sizes = SMOKE if smoke else FULL
     sizes = replace(sizes, lines=lines or sizes.lines)
     report: dict[str, Any] = {**stamp(smoke), "model": MODEL, "max_tokens": sizes.max_tokens, "lines": sizes.lines}
+    report["batch_concurrency"] = batch_concurrency or Settings.model_fields["batch_concurrency"].default
+    env = {"TESSERA_BATCH_CONCURRENCY": str(report["batch_concurrency"])}
     started = time.perf_counter()
-    with live_server(settings.demo_dir(), [{"name": MODEL}], progress) as server:
+    with live_server(settings.demo_dir(), [{"name": MODEL}], progress, env=env) as server:
         report["server_startup_s"] = round(server.startup_s, 1)
         warm_sizes = _fleet_sizes(sizes, 1, 1.0, seed=1)
         keys = tenant_keys(server, warm_sizes.tenants)
@@ -197,38 +270,17 @@ def run_batch_bench(
             report["goodput"] = _goodput(server, keys, sizes, progress)
             best = report["goodput"]["goodput_per_s"] or sizes.ladder[0] / 2
             rate = best / 2
-        rate = rate or 1.0
+        rate = rate or (SMOKE_RATE if smoke else 1.0)
         report["interactive_rate_per_s"] = rate
-        batch_bodies = _fresh_media(_batch_lines(sizes), sizes)
-        progress(f"[2/4] direct: {sizes.lines} lines as fast as the engine allows")
-        report["direct"] = asyncio.run(_direct(server, _batch_lines(sizes), sizes.direct_concurrency))
         interactive = _fleet_sizes(sizes, sizes.interactive, rate, seed=2027)
         jobs = workload(interactive)
-        progress(f"[3/4] interactive alone: {len(jobs)} requests at {rate:g}/s")
-        report["alone"] = _phase(server, keys, jobs, interactive, progress)
-        progress(f"[4/4] interactive with a {sizes.lines}-line batch draining")
-        batch_id = _submit(server, batch_bodies)
-        _until(server, batch_id, lambda b: b["request_counts"]["completed"] >= 1, sizes.batch_timeout_s, progress)
-        report["with_batch"] = _phase(server, keys, jobs, interactive, progress)
-        ended = _until(server, batch_id, lambda b: b["status"] == "completed", sizes.batch_timeout_s, progress)
-        running_s = max(1, ended["completed_at"] - ended["in_progress_at"])
-        counts = ended["request_counts"]
-        report["batch"] = {
-            "id": batch_id,
-            "request_counts": counts,
-            "running_s": running_s,
-            "lines_per_s": round(counts["total"] / running_s, 3),
-        }
-    report["ratios"] = {
-        "ttft_p99_with_batch_over_alone": round(
-            report["with_batch"]["ttft_p99_ms"] / report["alone"]["ttft_p99_ms"], 3
-        ),
-        "ttft_p50_with_batch_over_alone": round(
-            report["with_batch"]["ttft_p50_ms"] / report["alone"]["ttft_p50_ms"], 3
-        ),
-        "batch_over_direct_throughput": round(report["batch"]["lines_per_s"] / report["direct"]["lines_per_s"], 3),
-    }
-    ratios = report["ratios"]
+        report["rounds"] = []
+        for n in range(1, sizes.rounds + 1):
+            report["rounds"].append(_round(server, keys, jobs, interactive, sizes, n, progress))
+            write_report(out, report)
+    rounds = report["rounds"]
+    report["ratios"] = {name: _spread([r["ratios"][name] for r in rounds]) for name in rounds[0]["ratios"]}
+    ratios = {name: spread["median"] for name, spread in report["ratios"].items()}
     report["target"] = {
         "ttft_p99_ratio_max": TARGET_P99_RATIO,
         "throughput_ratio_min": TARGET_THROUGHPUT_RATIO,
@@ -237,24 +289,27 @@ def run_batch_bench(
     }
     report["bench_s"] = round(time.perf_counter() - started, 1)
     progress(
-        f"  TTFT p99 {report['alone']['ttft_p99_ms']} ms alone, {report['with_batch']['ttft_p99_ms']} ms with the "
-        f"batch ({ratios['ttft_p99_with_batch_over_alone']}x); batch {report['batch']['lines_per_s']} lines/s, "
-        f"direct {report['direct']['lines_per_s']} ({ratios['batch_over_direct_throughput']}x)"
+        f"  median of {len(rounds)} rounds: TTFT p99 with the batch {ratios['ttft_p99_with_batch_over_alone']}x "
+        f"alone's, p50 {ratios['ttft_p50_with_batch_over_alone']}x; batch throughput "
+        f"{ratios['batch_over_direct_throughput']}x the direct run's"
     )
     write_report(out, report)
     check_report(
         report,
         positive=[
-            "alone.ttft_p99_ms",
-            "with_batch.ttft_p99_ms",
-            "batch.lines_per_s",
-            "direct.lines_per_s",
-            "ratios.ttft_p99_with_batch_over_alone",
-            "ratios.batch_over_direct_throughput",
+            "ratios.ttft_p99_with_batch_over_alone.median",
+            "ratios.batch_over_direct_throughput.median",
         ],
     )
-    failed = {k: report[k]["errors"] for k in ("direct", "alone", "with_batch") if report[k]["errors"]}
-    if failed or counts["failed"]:
-        raise BenchFailure(f"failed requests: {failed}, batch lines failed: {counts['failed']}")
+    failed = [
+        (r["round"], k, r[k]["errors"]) for r in rounds for k in ("direct", "alone", "with_batch") if r[k]["errors"]
+    ]
+    failed += [
+        (r["round"], "batch", r["batch"]["request_counts"]["failed"])
+        for r in rounds
+        if r["batch"]["request_counts"]["failed"]
+    ]
+    if failed:
+        raise BenchFailure(f"failed requests (round, phase, count): {failed}")
     progress(f"wrote {out}")
     return report

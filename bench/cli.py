@@ -31,7 +31,8 @@ def add_bench_parser(subparsers: Any) -> None:
     fleet.add_argument("--plot", type=Path, help="Also draw the TTFT CDF of both policies to this PNG.")
     batch = kinds.add_parser("batch", help="Interactive TTFT with a batch draining beside it; the batch's throughput.")
     batch.add_argument("--rate", type=float, help="Interactive req/s (default: half the goodput the bench measures).")
-    batch.add_argument("--lines", type=int, help="Lines in the batch (default 500; smoke 12).")
+    batch.add_argument("--lines", type=int, help="Lines in the batch (default 500; smoke 40).")
+    batch.add_argument("--batch-concurrency", type=int, help="The server's TESSERA_BATCH_CONCURRENCY (default 8).")
     for p in (pipe, latency, tenancy, structured, fleet, batch):
         p.add_argument("--json", type=Path, required=True, help="Where to write the results.")
         p.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
@@ -59,7 +60,14 @@ def run_bench(args: argparse.Namespace) -> None:
         elif args.bench_command == "batch":
             from bench.batch import run_batch_bench
 
-            run_batch_bench(args.json, settings, smoke=args.smoke, rate=args.rate, lines=args.lines)
+            run_batch_bench(
+                args.json,
+                settings,
+                smoke=args.smoke,
+                rate=args.rate,
+                lines=args.lines,
+                batch_concurrency=args.batch_concurrency,
+            )
         elif args.bench_command == "fleet":
             from bench.fleet import run_fleet_bench
 

@@ -37,6 +37,7 @@ class Ticket:
     blocks: int
     priority: int = 0
     released: bool = False
+    answering: bool = False  # its first token has come (an interactive request's prefill is behind it)
 
 
 @dataclass(order=True)
@@ -73,6 +74,7 @@ class AdmissionController:
         self._waiting: list[_Waiter] = []
         self._seq = itertools.count()
         self._room_waiters: list[asyncio.Future[None]] = []
+        self.interactive_prefilling = 0  # interactive requests admitted whose first token has not come yet
 
     def blocks_for(self, tokens: int) -> int:
         return math.ceil(tokens / self.block_size)
@@ -87,11 +89,21 @@ class AdmissionController:
 
     @property
     def batch_room(self) -> bool:
-        """Whether a batch line may start now: no interactive request waits, and the batch share has room."""
+        """Whether a batch line may start now: no interactive request waits for capacity or for its first token
+        (a batch prefill beside it would delay that token), and the batch share has room."""
         if not self.enabled:
             return True
         interactive_waiting = any(w.priority == 0 and not w.future.done() for w in self._waiting)
-        return not interactive_waiting and self.batch_in_use < self.batch_budget
+        return not interactive_waiting and not self.interactive_prefilling and self.batch_in_use < self.batch_budget
+
+    def answering(self, ticket: Ticket) -> None:
+        """The ticket's request has its first token: an interactive one no longer holds batch lines back."""
+        if ticket.answering or ticket.released:
+            return
+        ticket.answering = True
+        if ticket.priority == 0 and ticket.blocks:
+            self.interactive_prefilling -= 1
+            self._wake()
 
     async def wait_batch_room(self) -> None:
         """Returns once `batch_room` holds (checked again whenever capacity is released or a waiter granted)."""
@@ -149,6 +161,8 @@ class AdmissionController:
         self.in_use -= ticket.blocks
         if ticket.priority > 0:
             self.batch_in_use -= ticket.blocks
+        elif not ticket.answering and ticket.blocks:
+            self.interactive_prefilling -= 1
         self._wake()
 
     def _fits(self, blocks: int, rank: int) -> bool:
@@ -160,6 +174,8 @@ class AdmissionController:
         self.in_use += blocks
         if rank > 0:
             self.batch_in_use += blocks
+        elif blocks:
+            self.interactive_prefilling += 1
         self.admitted += 1
         return Ticket(blocks, rank)
 

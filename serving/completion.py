@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
+from serving.admission import Ticket
 from serving.background import BackgroundTasks
 from serving.engines.base import EngineDelta, EngineRequest, TokenLogprob
 from serving.errors import Unavailable
@@ -50,6 +51,7 @@ class Submission:
     # Each medium's bytes as fetched or decoded from the request, with the request's `param` of its part, in the
     # client's order: what a stored response keeps so that a later turn never fetches them again.
     media: tuple[tuple[str, bytes], ...] = ()
+    ticket: Ticket | None = None  # the pool's KV-admission ticket, told when the first token comes
 
 
 class Settlement:
@@ -230,6 +232,8 @@ class Completion:
         if delta.token_ids:
             if self.first_token_at is None:
                 self.first_token_at = now
+                if self.submission.ticket is not None:
+                    self.submission.pool.admission.answering(self.submission.ticket)
             elif self._last_token_at is not None:
                 self._gaps.append((now - self._last_token_at, len(delta.token_ids)))
             self._last_token_at = now

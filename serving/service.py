@@ -230,6 +230,7 @@ class InferenceService:
             tools=request.tools,
             question=encoded.plan.last_user_text(),
             media=tuple((m.item.param, m.raw) for m in probed),
+            ticket=ticket,
         )
         return submission, settlement
 

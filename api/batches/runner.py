@@ -49,6 +49,8 @@ BATCH_JOB = "batch"
 OUTPUT_PURPOSE = "batch_output"
 TRANSIENT_TRIES = 8  # a line refused for a moment (the pool at capacity, an engine restarting) is tried again
 TRANSIENT_WAIT_MAX_S = 15.0
+STATUS_EVERY_S = 0.5  # how often a running batch looks whether it was cancelled or ran past its window
+COUNTS_EVERY_S = 1.0  # how often its request_counts are brought up to date while lines end
 UNRUN = {
     "cancelled": ("batch_cancelled", "the batch was cancelled before this request ran"),
     "expired": ("batch_expired", "the batch's completion window ended before this request ran"),
@@ -80,6 +82,7 @@ class BatchRunner:
     concurrency: int = 8
     turn_s: float = 30.0
     _slots: asyncio.Semaphore = field(init=False)
+    _counted: dict[str, float] = field(init=False, default_factory=dict)  # batch id -> when its counts were written
 
     def __post_init__(self) -> None:
         self._slots = asyncio.Semaphore(max(1, self.concurrency))
@@ -119,9 +122,11 @@ class BatchRunner:
         stop: str | None = None
         refused = asyncio.Event()  # a line was refused for the tenant's monthly budget
         running: set[asyncio.Task[None]] = set()
+        looked = 0.0
         try:
             for line in pending:
-                stop = await self._stop_reason(batch_id)
+                if time.monotonic() - looked >= STATUS_EVERY_S:
+                    stop, looked = await self._stop_reason(batch_id), time.monotonic()
                 if stop is not None or refused.is_set() or time.monotonic() >= deadline:
                     break
                 await self._slots.acquire()
@@ -139,6 +144,7 @@ class BatchRunner:
                 task.cancel()
             await asyncio.gather(*running, return_exceptions=True)
             raise
+        await self._count(batch_id, force=True)
         if refused.is_set() or await self._budget_ran_out(batch_id):
             stop = "insufficient_quota"
         left = await asyncio.to_thread(self.batches.pending, batch_id)
@@ -147,6 +153,7 @@ class BatchRunner:
             if left and stop is None:
                 return 0.0  # the turn is over: the batch goes back to the queue
         await self._finish(batch_id, batch.tenant_id, stop or "completed")
+        self._counted.pop(batch_id, None)
         return None
 
     async def _stop_reason(self, batch_id: str) -> str | None:
@@ -208,11 +215,18 @@ class BatchRunner:
             return
         if status != 200 and (body.get("error") or {}).get("code") == QuotaExceeded.default_code:
             refused.set()
+        await self._count(line.batch_id)
+
+    async def _count(self, batch_id: str, *, force: bool = False) -> None:
+        """Brings the batch's `request_counts` up to date, at most every `COUNTS_EVERY_S` unless forced."""
+        if not force and time.monotonic() - self._counted.get(batch_id, 0.0) < COUNTS_EVERY_S:
+            return
+        self._counted[batch_id] = time.monotonic()
         try:
-            counts = await asyncio.to_thread(self.batches.counts, line.batch_id)
-            await asyncio.to_thread(self.batches.move, line.batch_id, request_counts=counts)
+            counts = await asyncio.to_thread(self.batches.counts, batch_id)
+            await asyncio.to_thread(self.batches.move, batch_id, request_counts=counts)
         except Exception:  # the counts catch up with the next line
-            logger.warning("batch %s: its request counts could not be updated", line.batch_id, exc_info=True)
+            logger.warning("batch %s: its request counts could not be updated", batch_id, exc_info=True)
 
     async def _answer(
         self, endpoint: str, body: dict[str, Any], principal: Principal, request_id: str

@@ -140,3 +140,28 @@ def test_batch_work_waits_while_interactive_requests_queue_or_its_share_is_full(
         ctl.release(batch[1])
 
     asyncio.run(run())
+
+
+def test_batch_work_waits_while_an_interactive_request_awaits_its_first_token():
+    async def run():
+        ctl = _ctl()
+        interactive = await ctl.acquire(16)
+        assert ctl.interactive_prefilling == 1
+        assert not ctl.batch_room  # a batch prefill beside it would delay its first token
+        room = asyncio.create_task(ctl.wait_batch_room())
+        await asyncio.sleep(0.01)
+        assert not room.done()
+        ctl.answering(interactive)
+        await asyncio.wait_for(room, 1)
+        ctl.answering(interactive)  # told twice: counted once
+        assert ctl.interactive_prefilling == 0
+        ctl.release(interactive)
+        assert ctl.interactive_prefilling == 0
+        cut_short = await ctl.acquire(16)  # ends before its first token (refused, cancelled)
+        batch = await ctl.acquire(16, "batch")
+        assert (ctl.interactive_prefilling, ctl.batch_room) == (1, False)
+        ctl.release(cut_short)
+        assert (ctl.interactive_prefilling, ctl.batch_room) == (0, True)
+        ctl.release(batch)
+
+    asyncio.run(run())
