@@ -40,12 +40,13 @@ bench-smoke: setup
 	$(VENV)/bin/tessera bench batch --smoke --json artifacts/bench-smoke/batch.json
 	$(VENV)/bin/tessera bench fleet --smoke --json artifacts/bench-smoke/fleet.json
 
-# The full benches (about 3, 2, 1, 1 and 6 minutes on 2 cores; fleet starts two vLLM replicas of its own).
+# The full benches (about 3, 2, 1, 1, 9 and 6 minutes on 2 cores; fleet starts two vLLM replicas of its own).
 bench: setup
 	$(VENV)/bin/tessera bench pipeline --json artifacts/bench_pipeline.json
 	$(VENV)/bin/tessera bench latency --json artifacts/bench_latency.json
 	$(VENV)/bin/tessera bench tenancy --json artifacts/bench_tenancy.json
 	$(VENV)/bin/tessera bench structured --json artifacts/bench_structured.json
+	$(VENV)/bin/tessera bench batch --json artifacts/bench_batch.json
 	$(VENV)/bin/tessera bench fleet --json artifacts/bench_fleet.json --plot artifacts/bench_fleet.png
 
 clean:

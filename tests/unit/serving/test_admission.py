@@ -128,6 +128,7 @@ def test_batch_work_waits_while_interactive_requests_queue_or_its_share_is_full(
         assert not room.done()
         ctl.release(held)
         ticket = await waiting
+        ctl.answering(ticket)  # its first token came
         await asyncio.wait_for(room, 1)  # the queue emptied
         batch = [await ctl.acquire(16 * 3, "batch"), await ctl.acquire(16 * 3, "batch")]
         assert not ctl.batch_room  # the batch share (6 blocks) is full, though 1 block is free
