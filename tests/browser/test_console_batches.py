@@ -11,7 +11,7 @@ import httpx
 from tests.browser.pages import admin_sign_in, new_tenant, shoot, sign_in, wait_until
 
 
-def _jsonl(tmp_path: Path, name: str, n: int, max_tokens: int = 4) -> Path:
+def _jsonl(tmp_path: Path, name: str, n: int, max_tokens: int = 4, **extra) -> Path:
     lines = [
         {
             "custom_id": f"{name}-{i}",
@@ -22,6 +22,7 @@ def _jsonl(tmp_path: Path, name: str, n: int, max_tokens: int = 4) -> Path:
                 "max_tokens": max_tokens,
                 "temperature": 0,
                 "messages": [{"role": "user", "content": f"Say {i}."}],
+                **extra,
             },
         }
         for i in range(n)
@@ -62,7 +63,10 @@ def test_upload_watch_download_and_cancel(server, browser, tmp_path: Path):
     assert stranger.request.get(f"{server.base_url}/console/batches/{batch_id}/output").status == 404
     stranger.close()
 
-    page.get_by_label("Requests (JSONL)").set_input_files(str(_jsonl(tmp_path, "long", 40, max_tokens=24)))
+    # Long enough (about 19,000 tokens) that the cancel lands before it ends: 40 lines of 24 tokens once ended
+    # within a second.
+    long = _jsonl(tmp_path, "long", 300, max_tokens=64, ignore_eos=True)
+    page.get_by_label("Requests (JSONL)").set_input_files(str(long))
     page.get_by_role("button", name="Submit batch").click()
     wait_until(page, "document.querySelector('[role=status]')?.innerText.includes('submitted from long.jsonl')")
     long_id = page.locator("#batch-table tbody tr").first.get_attribute("id").removeprefix("row-")
@@ -70,7 +74,7 @@ def test_upload_watch_download_and_cancel(server, browser, tmp_path: Path):
     wait_until(page, f"document.getElementById('row-{long_id}')?.dataset.status === 'cancelled'", timeout=180_000)
     api = httpx.get(f"{server.v1}/batches/{long_id}", headers={"authorization": f"Bearer {key}"}).json()
     assert api["status"] == "cancelled"
-    assert api["request_counts"]["total"] in (0, 40)  # cancelled before its lines were read, or mid-way
+    assert api["request_counts"]["total"] in (0, 300)  # cancelled before its lines were read, or mid-way
     page.close()
 
     admin = browser.new_page()

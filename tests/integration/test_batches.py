@@ -105,7 +105,8 @@ def test_bad_lines_fail_the_batch_naming_each(client):
 
 
 def test_cancelling_ends_every_line_once(client):
-    lines = [_line(f"n{n}", f"Count to {n}.", max_tokens=32) for n in range(48)]
+    # About 3,800 tokens, so the cancel a second in lands mid-way (lines run several at once).
+    lines = [_line(f"n{n}", f"Count to {n}.", max_tokens=32, ignore_eos=True) for n in range(120)]
     batch = client.batches.create(input_file_id=_upload(client, lines), endpoint=CHAT, completion_window="24h")
     time.sleep(1.0)
     assert client.batches.cancel(batch.id).status in ("cancelling", "cancelled")
