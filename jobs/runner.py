@@ -16,7 +16,6 @@ a job of a fixed id that returns its interval each time.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import uuid
 from collections.abc import Callable, Coroutine
@@ -282,9 +281,3 @@ class JobRunner:
         finally:
             self.running.discard(claimed.id)
         return True
-
-
-async def stop(task: asyncio.Task[None]) -> None:
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task

@@ -253,13 +253,17 @@ class UsageJournal:
                 row = s.get(InferenceRequest, request_id, with_for_update=True)
                 if row is None or row.status != RUNNING:
                     continue
-                row.status = INTERRUPTED
-                row.cost_micros = self._prices.cost_micros(row)
-                s.add(row)
-                s.add_all(self._prices.outbox_rows(row))
+                self._interrupt(s, row)
                 settled += 1
             s.commit()
         return settled
+
+    def _interrupt(self, s: Session, row: InferenceRequest) -> None:
+        """Settles a row left running as interrupted, billed for the prompt tokens known when it was opened."""
+        row.status = INTERRUPTED
+        row.cost_micros = self._prices.cost_micros(row)
+        s.add(row)
+        s.add_all(self._prices.outbox_rows(row))
 
     def _settle_in(self, s: Session, record: CompletionRecord) -> bool:
         """Settles the record's row within `s`; False when it was already settled (nothing is added again)."""
@@ -309,10 +313,7 @@ class UsageJournal:
                 .limit(500)
             )
             for row in s.exec(query).all():
-                row.status = INTERRUPTED
-                row.cost_micros = self._prices.cost_micros(row)
-                s.add(row)
-                s.add_all(self._prices.outbox_rows(row))
+                self._interrupt(s, row)
                 settled += 1
             s.execute(delete(GatewayInstance).where(col(GatewayInstance.heartbeat_at) < utcnow() - timedelta(days=1)))
             s.commit()

@@ -30,7 +30,6 @@ from billing.worker import OutboxWorker
 from config.settings import Settings
 from grounding.service import GroundingService
 from jobs.runner import Claimed, JobRunner
-from jobs.runner import stop as stop_runner
 from serving.background import BackgroundTasks
 from serving.encoders.cache import EmbeddingCache
 from serving.encoders.encoding import MediaEncoder
@@ -220,7 +219,7 @@ async def build_state(settings: Settings, checkpoints: CheckpointResolver | None
             gave_up={BATCH_JOB: batch.gave_up},
         )
         await asyncio.to_thread(jobs.schedule, SWEEP_JOB, SWEEP_JOB_ID)
-        stack.push_async_callback(stop_runner, asyncio.get_running_loop().create_task(jobs.run_forever()))
+        stack.push_async_callback(_stopped, asyncio.get_running_loop().create_task(jobs.run_forever()))
         yield AppState(
             settings=settings,
             pools=pools,

@@ -90,7 +90,7 @@ class BatchRunner:
     async def __call__(self, job: Claimed) -> float | None:
         batch_id = str(job.payload["batch_id"])
         try:
-            return await self._turn(batch_id)
+            return await self._turn(batch_id, taken_over=job.attempt > 1)
         except asyncio.CancelledError:
             raise  # the gateway is stopping: another picks the batch up where it stopped
         except Exception as exc:
@@ -107,8 +107,9 @@ class BatchRunner:
         }
         self.batches.move(str(job.payload["batch_id"]), "failed", errors=_errors([failure]))
 
-    async def _turn(self, batch_id: str) -> float | None:
-        """Runs lines for up to `turn_s`; returns 0 (another turn, after whoever waits) or None (the batch ended)."""
+    async def _turn(self, batch_id: str, *, taken_over: bool = False) -> float | None:
+        """Runs lines for up to `turn_s`; returns 0 (another turn, after whoever waits) or None (the batch ended).
+        `taken_over`: the gateway of the last turn died, maybe after a line was refused for the budget."""
         batch = await asyncio.to_thread(self.batches.get, None, batch_id)
         principal = await asyncio.to_thread(self.directory.by_key_id, batch.key_id)
         if principal is None or principal.tenant_id != batch.tenant_id:
@@ -121,6 +122,8 @@ class BatchRunner:
         deadline = time.monotonic() + self.turn_s
         stop: str | None = None
         refused = asyncio.Event()  # a line was refused for the tenant's monthly budget
+        if taken_over and await self._budget_ran_out(batch_id):
+            refused.set()
         running: set[asyncio.Task[None]] = set()
         looked = 0.0
         try:
@@ -145,7 +148,7 @@ class BatchRunner:
             await asyncio.gather(*running, return_exceptions=True)
             raise
         await self._count(batch_id, force=True)
-        if refused.is_set() or await self._budget_ran_out(batch_id):
+        if refused.is_set():
             stop = "insufficient_quota"
         left = await asyncio.to_thread(self.batches.pending, batch_id)
         if stop is None:
@@ -165,7 +168,7 @@ class BatchRunner:
         return None
 
     async def _budget_ran_out(self, batch_id: str) -> bool:
-        """Whether a line of the batch was refused for its tenant's monthly budget (on this turn or an earlier)."""
+        """Whether a line of the batch has been refused for its tenant's monthly budget."""
         lines = await asyncio.to_thread(self.batches.lines, batch_id)
         return any(_refused_for_budget(line) for line in lines)
 
