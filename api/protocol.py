@@ -22,6 +22,8 @@ class ModelCard(BaseModel):
     modalities: list[str]
     max_model_len: int
     aliases: list[str] = Field(default_factory=list)
+    kind: Literal["chat", "embedding", "transcription"] = "chat"  # what the pool serves
+    endpoints: list[str] = Field(default_factory=list)  # the routes that take it as `model`
 
 
 class ModelList(BaseModel):

@@ -10,26 +10,62 @@ from sqlmodel import Session, select
 
 from db.models import BillingOutbox, InferenceRequest, ModelPrice
 
-DIMENSIONS = ("text_input", "image", "audio", "cached_media", "output")
+# Tokens, except `audio_seconds` and `cached_audio_seconds`: the seconds of audio a transcription pool transcribed,
+# or served from the tenant's results cache.
+DIMENSIONS = ("text_input", "image", "audio", "cached_media", "output", "audio_seconds", "cached_audio_seconds")
 # Batch lines (`/v1/batches`) pay this share of each price, in percent, set per model beside its prices; their meter
 # events go to Stripe under their own dimensions (`batch_<dimension>`), so Stripe can price them apart too.
 BATCH_PERCENT = "batch_percent"
 DEFAULT_BATCH_PERCENT = 50
 BATCH_DIMENSIONS = tuple(f"batch_{d}" for d in DIMENSIONS)
 
-# Defaults per 1M tokens, in millionths of the currency unit. Cached media are billed at a tenth of fresh
-# media: the encoder did not run for them.
-DEFAULT_PRICES = {"text_input": 150_000, "image": 300_000, "audio": 400_000, "cached_media": 30_000, "output": 600_000}
+# Defaults per 1M tokens (per 1M seconds for the `_seconds` dimensions), in millionths of the currency unit. Cached
+# images are billed at a tenth of fresh ones: their vision tower did not run. A cached transcript is billed at a
+# tenth of a fresh one: no engine ran at all.
+DEFAULT_PRICES = {
+    "text_input": 150_000,
+    "image": 300_000,
+    "audio": 400_000,
+    "cached_media": 30_000,
+    "output": 600_000,
+    "audio_seconds": 100_000_000,  # 0.0001 a second, 0.006 a minute
+    "cached_audio_seconds": 10_000_000,
+}
 
 
-def billable(*, text: int, image: int, audio: int, cached_image: int, cached_audio: int, output: int) -> dict[str, int]:
-    """Billable tokens per dimension; media served from the embedding cache are billed as cached media."""
-    cached_image, cached_audio = min(cached_image, image), min(cached_audio, audio)
+def _seconds(ms: int) -> int:
+    return -(-ms // 1000)
+
+
+def billable(
+    *,
+    text: int,
+    image: int,
+    audio: int,
+    cached_image: int,
+    cached_audio: int,
+    output: int,
+    audio_ms: int = 0,
+    cached_audio_ms: int = 0,
+) -> dict[str, int]:
+    """Billable quantities per dimension.
+
+    - A chat request: tokens by modality. Images served from the embedding cache are billed as cached media. Audio is
+      billed in full even when its features were cached: only the log-mel features were reused, and the engine's
+      audio tower still ran on them (`cached_audio` is reported, not discounted).
+    - A transcription (`audio_ms` set): seconds of audio, started seconds counted whole, at the fresh or (for a
+      transcript from the tenant's results cache) the cached rate; its audio tokens count against token quotas
+      only, and its text output is part of the per-second price.
+    """
+    if audio_ms > 0:
+        cached_ms = min(cached_audio_ms, audio_ms)
+        return {"audio_seconds": _seconds(audio_ms - cached_ms), "cached_audio_seconds": _seconds(cached_ms)}
+    cached_image = min(cached_image, image)
     return {
         "text_input": text,
         "image": image - cached_image,
-        "audio": audio - cached_audio,
-        "cached_media": cached_image + cached_audio,
+        "audio": audio,
+        "cached_media": cached_image,
         "output": output,
     }
 
@@ -43,6 +79,8 @@ def quantities(row: InferenceRequest) -> dict[str, int]:
         cached_image=row.cached_image_tokens,
         cached_audio=row.cached_audio_tokens,
         output=row.output_tokens,
+        audio_ms=row.audio_ms,
+        cached_audio_ms=row.cached_audio_ms,
     )
 
 

@@ -25,7 +25,9 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-EVENT_NAMES = {d: f"tessera_{d}_tokens" for d in (*DIMENSIONS, *BATCH_DIMENSIONS)}
+EVENT_NAMES = {
+    d: f"tessera_{d}" if d.endswith("_seconds") else f"tessera_{d}_tokens" for d in (*DIMENSIONS, *BATCH_DIMENSIONS)
+}
 
 
 class StripeFailure(Exception):

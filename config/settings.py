@@ -9,12 +9,19 @@ from pydantic import BaseModel, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 Modality = Literal["text", "image", "audio"]
+# What a pool serves: chat completions (and the Responses API), embeddings, or speech to text.
+PoolKind = Literal["chat", "embedding", "transcription"]
 
 
 class PoolSettings(BaseModel):
     """One model pool: a checkpoint served by one vLLM engine."""
 
     name: str = Field(description="Pool name clients send as `model`, e.g. `small` or `large`.")
+    kind: PoolKind = Field(
+        default="chat",
+        description="What the pool serves: `chat` (/v1/chat/completions, /v1/responses), `embedding` (/v1/embeddings, "
+        "vLLM's pooling runner) or `transcription` (/v1/audio/transcriptions, a Whisper checkpoint).",
+    )
     model: str | None = Field(
         default=None, description="Checkpoint directory. Unset: the embedded demo checkpoint named after the pool."
     )
@@ -23,7 +30,11 @@ class PoolSettings(BaseModel):
         default=None, description="Accept only these input modalities. Unset: all the checkpoint supports."
     )
     dtype: str = Field(default="float32", description="Weights dtype passed to vLLM (`float32` is exact on CPU).")
-    max_model_len: int = Field(default=4096, description="Context length the engine is started with.")
+    max_model_len: int | None = Field(
+        default=None,
+        description="Context length the engine is started with. Unset: 4096 for chat pools, the checkpoint's own for "
+        "embedding and transcription pools.",
+    )
     tensor_parallel_size: int = Field(default=1, description="Tensor parallelism (GPU machines).")
     gpu_memory_utilization: float = Field(default=0.9, description="Fraction of GPU memory vLLM may use (GPU only).")
     kv_cache_gib: float = Field(default=1.0, description="KV cache size on CPU, in GiB.")
@@ -42,6 +53,18 @@ class PoolSettings(BaseModel):
         description="vLLM tool-call parser for `tool_choice: auto`, matching the chat template (e.g. `hermes`); "
         "unset: `auto` is refused, `required` and named functions still work.",
     )
+    max_concurrency: int = Field(
+        default=8,
+        ge=1,
+        description="Embedding and transcription pools: requests admitted to the engine at once (they hold no KV "
+        "cache to budget by); more wait in the pool's admission queue, and a full queue is a 503.",
+    )
+    audio_tokens_per_second: int = Field(
+        default=50,
+        ge=1,
+        description="Transcription pools: audio tokens a second of audio counts as against token quotas (Whisper's "
+        "encoder holds 50 positions a second).",
+    )
     replicas: list[str] = Field(
         default_factory=list,
         description="Base URLs of remote `vllm serve --enable-scale-out` replicas serving `model`; empty: an "
@@ -53,6 +76,8 @@ def _default_pools() -> list[PoolSettings]:
     return [
         PoolSettings(name="small", aliases=["8b"]),
         PoolSettings(name="large", aliases=["70b"], tool_parser="hermes"),
+        PoolSettings(name="minilm", kind="embedding", aliases=["embed"], kv_cache_gib=0.0625),
+        PoolSettings(name="whisper", kind="transcription", aliases=["whisper-1"], kv_cache_gib=0.25),
     ]
 
 
@@ -131,7 +156,20 @@ class Settings(BaseSettings):
     max_request_pixels: int = Field(
         default=64_000_000, description="Decoded pixel limit for all of a request's images together."
     )
-    max_audio_seconds: float = Field(default=30.0, description="Longest audio clip accepted.")
+    max_audio_seconds: float = Field(default=30.0, description="Longest audio clip accepted in a chat request.")
+    max_transcription_seconds: float = Field(
+        default=600.0, gt=0, description="Longest audio file /v1/audio/transcriptions and /translations accept."
+    )
+    max_transcription_bytes: int = Field(
+        default=25 * 1024 * 1024, gt=0, description="Largest audio file the transcription endpoints accept (413)."
+    )
+    max_embedding_inputs: int = Field(default=2048, ge=1, description="Most inputs in one /v1/embeddings request.")
+    transcription_cache_days: int = Field(
+        default=7,
+        ge=0,
+        description="Days a tenant's transcript of an audio file is kept for the same file sent again "
+        "at temperature 0 (0: no results cache).",
+    )
     media_workers: int = Field(default=2, description="Threads that decode media, off the event loop.")
     fetch_timeout_s: float = Field(default=10.0, description="Timeout for fetching an http(s) image URL.")
     fetch_max_bytes: int = Field(default=20 * 1024 * 1024, description="Byte cap for a fetched image.")

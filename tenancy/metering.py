@@ -90,6 +90,9 @@ def _receipt(row: InferenceRequest) -> dict[str, Any]:
         "total_latency_ms": row.total_latency_ms,
         "cost_micros": row.cost_micros,
         "priority": row.priority,  # batch: billed at the model's batch share of the prices
+        "endpoint": row.endpoint,  # chat | embeddings | transcriptions | translations
+        "audio_seconds": row.audio_ms / 1000,  # a transcription's audio, billed per second
+        "cached": row.cached_audio_ms > 0 and row.cached_audio_ms >= row.audio_ms,  # from the results cache
         "grounding_score": row.grounding_score,
         "grounding_unsupported": row.grounding_unsupported,
         "grounding_passed": row.grounding_passed,

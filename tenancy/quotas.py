@@ -74,6 +74,8 @@ def usage_quantities(usage: TokenUsage) -> dict[str, int]:
         cached_image=usage.cached_image,
         cached_audio=usage.cached_audio,
         output=usage.completion,
+        audio_ms=usage.audio_ms,
+        cached_audio_ms=usage.cached_audio_ms,
     )
 
 

@@ -75,6 +75,9 @@ def usage_row(record: CompletionRecord) -> InferenceRequest:
         cached_image_tokens=u.cached_image,
         cached_audio_tokens=u.cached_audio,
         priority=record.caller.priority,
+        endpoint=record.endpoint,
+        audio_ms=u.audio_ms,
+        cached_audio_ms=u.cached_audio_ms,
     )
 
 
@@ -174,6 +177,8 @@ class UsageJournal:
             owner=self.instance_id,
             prompt_fingerprint=opened.fingerprint,
             priority=opened.caller.priority,
+            endpoint=opened.endpoint,
+            audio_ms=opened.audio_ms,
         )
         with Session(self._db) as s:
             if opened.caller.request_id is not None:  # a batch line run again: its earlier run's row is taken over
@@ -287,6 +292,8 @@ class UsageJournal:
                 "total_latency_ms",
                 "cached_image_tokens",
                 "cached_audio_tokens",
+                "audio_ms",
+                "cached_audio_ms",
                 "cost_micros",
             ):
                 setattr(row, name, getattr(final, name))

@@ -26,9 +26,11 @@ from litestar.template.config import TemplateConfig
 from api.openapi import PRECHECK, SECURED, openapi_config
 from api.parsing import JsonRequest, refuse_nul_in_path
 from api.routes.admin import AdminController
+from api.routes.audio import create_transcription, create_translation
 from api.routes.batches import cancel_batch, create_batch, list_batches, retrieve_batch
 from api.routes.billing import BillingAdminController, PriceController, stripe_webhook
 from api.routes.chat import create_chat_completion
+from api.routes.embeddings import create_embedding
 from api.routes.files import delete_file, file_content, list_files, retrieve_file, upload_file
 from api.routes.models import list_models, retrieve_model
 from api.routes.ops import health, metrics
@@ -140,6 +142,7 @@ def create_app(
         path="/",
         route_handlers=[
             create_chat_completion,
+            create_embedding,
             create_response,
             retrieve_response,
             delete_response,
@@ -168,6 +171,16 @@ def create_app(
         security=SECURED,
         tags=["openai"],
         request_max_body_size=settings.max_file_bytes + 1024 * 1024,  # the form's own parts on top of the file
+    )
+    # Audio files get a body limit of their own, as uploads do.
+    audio_api = Router(
+        path="/",
+        route_handlers=[create_transcription, create_translation],
+        dependencies={"principal": Provide(principal)},
+        guards=[authenticated, refuse_nul_in_path, room_for_a_request],
+        security=SECURED,
+        tags=["openai"],
+        request_max_body_size=settings.max_transcription_bytes + 1024 * 1024,
     )
     admin_api = Router(
         path="/",
@@ -209,6 +222,7 @@ def create_app(
         route_handlers=[
             api,
             files_api,
+            audio_api,
             admin_api,
             health,
             metrics,
@@ -240,6 +254,8 @@ def create_app(
             "jobs": slot.provider(lambda s: s.jobs),
             "files": slot.provider(lambda s: s.files),
             "batches": slot.provider(lambda s: s.batches),
+            "task_service": slot.provider(lambda s: s.task_service),
+            "transcriber": slot.provider(lambda s: s.transcriber),
             "console_sessions": slot.provider(lambda s: ConsoleSessions(s.db, session_lifetime_s)),
             "signed_in": Provide(tenant_principal),
             "console_admin": Provide(admin_principal),

@@ -54,7 +54,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     for pool in settings.pools:
         for flag in ("dtype", "max_model_len", "tensor_parallel_size", "gpu_memory_utilization", "kv_cache_gib"):
             value = getattr(args, flag)
-            if value is not None:
+            if value is not None and (pool.kind == "chat" or flag in ("dtype", "tensor_parallel_size")):
                 setattr(pool, flag, value)
         if args.no_enforce_eager:
             pool.enforce_eager = False

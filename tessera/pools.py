@@ -10,25 +10,40 @@ import time
 from collections.abc import Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
+from typing import Any
 
 from config.settings import PoolSettings, Settings
 from serving.admission import AdmissionController
 from serving.encoders.placement import EncoderPlacement
 from serving.encoders.pools import AudioFeaturePool, VisionEncoderPool, vision_geometry
-from serving.engines.base import EngineClient, EngineSpec
+from serving.engines.base import EmbeddingEngine, EngineClient, EngineSpec, SpeechEngine
 from serving.engines.inprocess import VllmEngine
 from serving.engines.remote import RemoteEngine, RemoteSettings
-from serving.pools import ModelPool, PoolRegistry
+from serving.engines.remote_embeddings import RemoteEmbeddingEngine
+from serving.pools import ModelPool, PoolRegistry, TaskPool
 
 logger = logging.getLogger(__name__)
 
 
 def engine_spec(pool: PoolSettings, model_path: str, max_images: int) -> EngineSpec:
+    if pool.kind != "chat":
+        return EngineSpec(
+            model=model_path,
+            dtype=pool.dtype,
+            max_model_len=pool.max_model_len or 0,  # 0: the checkpoint's own
+            kv_cache_bytes=int(pool.kv_cache_gib * (1 << 30)),
+            enforce_eager=pool.enforce_eager,
+            cpu_threads=pool.cpu_threads,
+            max_num_seqs=pool.max_num_seqs,
+            limit_mm_per_prompt={"audio": 1} if pool.kind == "transcription" else {},
+            enable_prefix_caching=False,  # a pooling model keeps no KV cache; Whisper's cross-attention is per clip
+            runner="pooling" if pool.kind == "embedding" else "generate",
+        )
     return EngineSpec(
         enable_mm_embeds=pool.encoder_pools,
         model=model_path,
         dtype=pool.dtype,
-        max_model_len=pool.max_model_len,
+        max_model_len=pool.max_model_len or 4096,
         tensor_parallel_size=pool.tensor_parallel_size,
         gpu_memory_utilization=pool.gpu_memory_utilization,
         kv_cache_bytes=int(pool.kv_cache_gib * (1 << 30)),
@@ -62,8 +77,11 @@ async def start_pools(
     await asyncio.to_thread(EncoderPlacement.resolve, settings.encoder_device, settings.encoder_dtype)
     paths = await asyncio.to_thread(model_paths, settings, checkpoints)
     created = int(time.time())
-    pools = []
-    for index, pool in enumerate(settings.pools):
+    pools, tasks = [], []
+    for pool in (p for p in settings.pools if p.kind != "chat"):
+        tasks.append(await start_task_pool(settings, pool, paths[pool.name], stack, created))
+    chat = [p for p in settings.pools if p.kind == "chat"]
+    for index, pool in enumerate(chat):
         engine: EngineClient
         if pool.replicas:
             if not pool.encoder_pools:
@@ -85,7 +103,55 @@ async def start_pools(
         if built.audio is not None:
             stack.push_async_callback(built.audio.close)
         pools.append(built)
-    return PoolRegistry(pools)
+    return PoolRegistry(pools, tasks)
+
+
+async def start_task_pool(
+    settings: Settings, pool: PoolSettings, model_path: str, stack: AsyncExitStack, created: int
+) -> TaskPool:
+    """An embedding or transcription pool: its engine (in-process, or remote replicas for embeddings) and its
+    concurrency admission."""
+    from transformers import AutoTokenizer
+
+    engine: EmbeddingEngine | SpeechEngine
+    if pool.replicas:
+        if pool.kind != "embedding":
+            raise ValueError(f"pool '{pool.name}': remote replicas serve chat and embedding pools only")
+        logger.info("connecting %s pool '%s' to %d replicas", pool.kind, pool.name, len(pool.replicas))
+        remote = await RemoteEmbeddingEngine.connect(pool.name, Path(model_path), _remote_settings(settings, pool))
+        stack.push_async_callback(remote.close)
+        engine = remote
+    else:
+        logger.info("starting %s engine for pool '%s' from %s", pool.kind, pool.name, model_path)
+        local = await asyncio.to_thread(VllmEngine.start, pool.name, engine_spec(pool, model_path, 0))
+        stack.callback(local.shutdown)
+        engine = local
+    tokenizer = await asyncio.to_thread(AutoTokenizer.from_pretrained, model_path)
+    task = TaskPool(
+        pool.name,
+        pool.kind,
+        engine,
+        tokenizer,
+        aliases=list(pool.aliases),
+        created=created,
+        audio_tokens_per_second=pool.audio_tokens_per_second,
+        english_only=pool.kind == "transcription" and _english_only(engine.hf_config()),
+    )
+    task.admission = AdmissionController(
+        total_blocks=pool.max_concurrency,
+        block_size=1,
+        headroom_blocks=0,
+        max_queue=settings.admission_max_queue,
+        max_wait_s=settings.admission_max_wait_s,
+        enabled=pool.admission,
+    )
+    return task
+
+
+def _english_only(hf_config: Any) -> bool:
+    """A Whisper checkpoint trained on English alone (tiny.en to medium.en) was never shown language or task tokens
+    and cannot translate; its vocabulary is 51864 tokens, a multilingual one's 51865 or more."""
+    return int(getattr(hf_config, "vocab_size", 0)) <= 51864
 
 
 def _remote_settings(settings: Settings, pool: PoolSettings) -> RemoteSettings:

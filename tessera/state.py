@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 from sqlalchemy import Engine
 
+from api.audio.service import Transcriber
 from api.auth import Authenticator
 from api.batches.runner import BATCH_JOB, BatchRunner
 from api.responses.background import run_background_response
@@ -43,10 +44,12 @@ from serving.pipeline import Pipeline
 from serving.pools import PoolRegistry
 from serving.record import CompletionBus
 from serving.service import InferenceService
+from serving.task_lease import TaskService
 from storage.batches import BatchStore
 from storage.blobs import BlobStore
 from storage.files import FileStore
 from storage.responses import ResponseStore
+from storage.transcripts import TranscriptStore
 from tenancy.directory import Directory
 from tenancy.limits import InProcessLimiter, RateLimiter, RedisLimiter
 from tenancy.quotas import QuotaGate
@@ -80,6 +83,8 @@ class AppState:
     jobs: JobRunner | None = None
     files: FileStore | None = None
     batches: BatchStore | None = None
+    task_service: TaskService | None = None
+    transcriber: Transcriber | None = None
 
 
 async def _stopped(task: asyncio.Task[None]) -> None:
@@ -207,8 +212,19 @@ async def build_state(settings: Settings, checkpoints: CheckpointResolver | None
             concurrency=settings.batch_concurrency,
             turn_s=settings.batch_turn_s,
         )
+        transcripts = TranscriptStore(db, settings.transcription_cache_days)
+        task_service = TaskService(pools, bus, tasks)
+        transcriber = Transcriber(
+            task_service,
+            quotas,
+            transcripts,
+            max_seconds=settings.max_transcription_seconds,
+            max_bytes=settings.max_transcription_bytes,
+        )
         sweep = functools.partial(
-            _sweep, (stored_responses.sweep, files.sweep), interval_s=settings.response_sweep_interval_s
+            _sweep,
+            (stored_responses.sweep, files.sweep, transcripts.sweep),
+            interval_s=settings.response_sweep_interval_s,
         )
         jobs = JobRunner(
             db,
@@ -239,6 +255,8 @@ async def build_state(settings: Settings, checkpoints: CheckpointResolver | None
             jobs=jobs,
             files=files,
             batches=batches,
+            task_service=task_service,
+            transcriber=transcriber,
         )
 
 

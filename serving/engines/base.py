@@ -40,6 +40,7 @@ class EngineSpec:
     limit_mm_per_prompt: dict[str, int] = field(default_factory=lambda: {"image": 8, "audio": 1, "video": 0})
     enable_prefix_caching: bool = True
     enable_mm_embeds: bool = False
+    runner: str = "generate"  # vLLM's runner: `generate`, or `pooling` for an embedding pool
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,17 @@ class EngineRequest:
     # Nothing of the answer reaches the client before it is whole: a remote engine may then restart it on another
     # replica after a replica fault, even mid-answer, and yields a replica's deltas only once it has finished.
     restartable: bool = False
+
+
+@dataclass(frozen=True)
+class SpeechRequest:
+    """One window (at most 30 s) of audio for a Whisper-class engine, with the decoder prompt Tessera built."""
+
+    request_id: str
+    samples: Any  # float32 mono 16 kHz
+    decoder_token_ids: tuple[int, ...]
+    params: GenerationParams
+    priority: int = 0
 
 
 @dataclass(frozen=True)
@@ -145,6 +157,48 @@ class EngineClient(Protocol):
     async def has_work(self, wait_s: float = 5.0) -> bool: ...
 
     def num_unfinished(self) -> int: ...
+
+    def hf_config(self) -> Any: ...
+
+    def tokenizer(self) -> Any: ...
+
+    def shutdown(self) -> None: ...
+
+
+class EmbeddingEngine(Protocol):
+    """An engine of an embedding pool: one pooled, normalised vector per tokenized input."""
+
+    name: str
+    model_path: str
+    capacity: EngineCapacity
+
+    def replicas(self) -> list[dict[str, Any]]: ...
+
+    async def embed(self, request_id: str, token_ids: list[int], dimensions: int | None = None) -> list[float]: ...
+
+    def is_healthy(self) -> bool: ...
+
+    def hf_config(self) -> Any: ...
+
+    def tokenizer(self) -> Any: ...
+
+    def shutdown(self) -> None: ...
+
+
+class SpeechEngine(Protocol):
+    """An engine of a transcription pool: a Whisper-class encoder-decoder, one window of audio per request."""
+
+    name: str
+    model_path: str
+    capacity: EngineCapacity
+
+    def replicas(self) -> list[dict[str, Any]]: ...
+
+    def transcribe(self, request: SpeechRequest) -> AsyncIterator[EngineDelta]: ...
+
+    async def abort(self, request_id: str) -> None: ...
+
+    def is_healthy(self) -> bool: ...
 
     def hf_config(self) -> Any: ...
 

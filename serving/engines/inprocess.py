@@ -15,9 +15,10 @@ from serving.engines.base import (
     EngineRequest,
     EngineSpec,
     EngineStats,
+    SpeechRequest,
     invalid_request,
 )
-from serving.errors import EngineUnavailable, InternalFailure
+from serving.errors import EngineUnavailable, InternalFailure, InvalidRequest
 
 logger = logging.getLogger(__name__)
 
@@ -90,7 +91,7 @@ class VllmEngine:
             model=spec.model,
             served_model_name=[name],
             dtype=spec.dtype,
-            max_model_len=spec.max_model_len,
+            max_model_len=spec.max_model_len or None,
             tensor_parallel_size=spec.tensor_parallel_size,
             gpu_memory_utilization=spec.gpu_memory_utilization,
             kv_cache_memory_bytes=spec.kv_cache_bytes,
@@ -99,6 +100,7 @@ class VllmEngine:
             limit_mm_per_prompt=spec.limit_mm_per_prompt,
             enable_prefix_caching=spec.enable_prefix_caching,
             enable_mm_embeds=spec.enable_mm_embeds,
+            runner=spec.runner,
             scheduling_policy="priority",
             # Compact JSON under structured outputs: a grammar that allows any whitespace lets a weak model pad
             # until max_tokens.
@@ -171,6 +173,57 @@ class VllmEngine:
             # vLLM validates the processed prompt (length, media counts) and any structured-output
             # constraint before scheduling it.
             raise invalid_request(str(exc), request.params, getattr(exc, "parameter", None)) from exc
+
+    async def embed(self, request_id: str, token_ids: list[int], dimensions: int | None = None) -> list[float]:
+        """An embedding pool's pooled (and, as the checkpoint's pooler says, normalised) vector of one input."""
+        from vllm import PoolingParams
+        from vllm.exceptions import VLLMValidationError
+        from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
+
+        if self._llm.errored:
+            raise EngineUnavailable(f"the engine of model '{self.name}' is not running")
+        try:
+            params = PoolingParams(task="embed", dimensions=dimensions)
+            out = None
+            async for output in self._llm.encode({"prompt_token_ids": token_ids}, params, request_id=request_id):
+                out = output
+        except VLLMValidationError as exc:
+            param = "dimensions" if "dimensions" in str(exc) else "input"
+            raise InvalidRequest(str(exc), code="invalid_value", param=param) from exc
+        except (EngineDeadError, EngineGenerateError) as exc:
+            raise EngineUnavailable(f"the engine of model '{self.name}' failed: {type(exc).__name__}") from exc
+        except ValueError as exc:
+            raise InvalidRequest(str(exc), code="invalid_value", param="input") from exc
+        if out is None:
+            raise InternalFailure(f"the engine of model '{self.name}' returned no embedding", code="engine_error")
+        return [float(x) for x in out.outputs.data.tolist()]
+
+    async def transcribe(self, request: SpeechRequest) -> AsyncIterator[EngineDelta]:
+        """A Whisper-class pool's decoding of one window of audio, from the decoder prompt Tessera built."""
+        from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
+
+        from serving.engines.vllm_io import engine_deltas, sampling_params
+
+        if self._llm.errored:
+            raise EngineUnavailable(f"the engine of model '{self.name}' is not running")
+        prompt = {
+            "encoder_prompt": {"prompt": "", "multi_modal_data": {"audio": (request.samples, 16_000)}},
+            "decoder_prompt": {"prompt_token_ids": list(request.decoder_token_ids)},
+        }
+        try:
+            sampling = sampling_params(request.params)
+            sampling.skip_special_tokens = True
+            async for out in self._llm.generate(
+                prompt, sampling, request_id=request.request_id, priority=request.priority
+            ):
+                for delta in engine_deltas(out, request.params.logprobs):
+                    if delta.finish_reason == "error":
+                        raise InternalFailure(f"the engine of model '{self.name}' failed", code="engine_error")
+                    yield delta
+        except (EngineDeadError, EngineGenerateError) as exc:
+            raise EngineUnavailable(f"the engine of model '{self.name}' failed: {type(exc).__name__}") from exc
+        except ValueError as exc:
+            raise InvalidRequest(str(exc), code="invalid_value", param="file") from exc
 
     def shutdown(self) -> None:
         self._llm.shutdown()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import re
 from dataclasses import dataclass
 from math import gcd
 
@@ -16,7 +17,7 @@ SUPPORTED_FORMATS = ("wav", "mp3")
 MIN_SECONDS = 0.1
 MAX_SAMPLE_RATE = 192_000
 # What libsndfile calls each declared format's container.
-CONTAINERS = {"wav": {"WAV", "WAVEX", "RF64"}, "mp3": {"MP3", "MPEG"}}
+CONTAINERS = {"wav": {"WAV", "WAVEX", "RF64"}, "mp3": {"MP3", "MPEG"}, "flac": {"FLAC"}, "ogg": {"OGG"}}
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,8 @@ class AudioLoader:
         try:
             info = sf.info(io.BytesIO(raw))
         except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as exc:
-            raise MediaError(f"the {fmt} audio cannot be decoded: {exc}", code="invalid_audio", param=param) from exc
+            reason = re.sub(r"Error opening <[^>]*>: ", "", str(exc))  # libsndfile names the in-memory file object
+            raise MediaError(f"the {fmt} audio cannot be decoded: {reason}", code="invalid_audio", param=param) from exc
         if info.format not in CONTAINERS.get(fmt, set()):
             raise MediaError(
                 f"the audio was declared {fmt} but is {info.format}",

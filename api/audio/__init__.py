@@ -1,0 +1,1 @@
+"""`/v1/audio/transcriptions` and `/v1/audio/translations` on a transcription pool."""

@@ -1,0 +1,1 @@
+"""`/v1/embeddings`: OpenAI's embeddings request on an embedding pool."""
