@@ -37,6 +37,28 @@ REPLICA_ENV = {
 }
 
 
+def pooling_replica_command(checkpoint: Path, name: str, port: int) -> list[str]:
+    """`vllm serve --runner pooling` as a remote embedding pool's replica: its OpenAI `/v1/embeddings` takes the token
+    ids Tessera sends."""
+    vllm = Path(sys.executable).with_name("vllm")
+    return [
+        str(vllm),
+        "serve",
+        str(checkpoint),
+        "--runner",
+        "pooling",
+        "--served-model-name",
+        name,
+        "--dtype",
+        "float32",
+        "--enforce-eager",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
+
+
 def replica_command(checkpoint: Path, name: str, port: int, *, max_model_len: int = 4096) -> list[str]:
     """`vllm serve` as a remote pool's replica: the token-in/token-out endpoint (`--enable-scale-out`), cached
     prompt tokens in usage, priority scheduling and prefix caching. The processor cache is off: Tessera sends
@@ -76,6 +98,7 @@ class Replica:
     port: int
     log_path: Path
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    runner: str = "generate"  # or `pooling`: an embedding pool's replica
 
     @property
     def url(self) -> str:
@@ -85,7 +108,9 @@ class Replica:
         env = {**os.environ, **REPLICA_ENV}
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(  # noqa: S603 (our own vllm binary and arguments)
-                replica_command(self.checkpoint, self.name, self.port),
+                (pooling_replica_command if self.runner == "pooling" else replica_command)(
+                    self.checkpoint, self.name, self.port
+                ),
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -163,9 +188,13 @@ class Replica:
 
 
 @contextmanager
-def running_replicas(checkpoint: Path, name: str, count: int, log_dir: Path) -> Iterator[Sequence[Replica]]:
+def running_replicas(
+    checkpoint: Path, name: str, count: int, log_dir: Path, *, runner: str = "generate"
+) -> Iterator[Sequence[Replica]]:
     """`count` replicas of `checkpoint` serving model `name`, started together and stopped on exit."""
-    replicas = [Replica(checkpoint, name, free_port(), log_dir / f"replica-{i}.log") for i in range(count)]
+    replicas = [
+        Replica(checkpoint, name, free_port(), log_dir / f"{name}-replica-{i}.log", runner=runner) for i in range(count)
+    ]
     try:
         for r in replicas:
             r.start()

@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 Modality = Literal["text", "image", "audio"]
+CHAT_MAX_MODEL_LEN = 4096  # a chat pool's context when it sets none
 # What a pool serves: chat completions (and the Responses API), embeddings, or speech to text.
 PoolKind = Literal["chat", "embedding", "transcription"]
 

@@ -47,6 +47,11 @@ class _EngineCollector(Collector):
         enc_fail = CounterMetricFamily(
             "tessera_encoder_failures", "Encoder failures by reason.", labels=["model", "kind", "reason"]
         )
+        for task in self._pools.tasks:  # embedding and transcription pools: slots of their concurrency budget
+            queue.add_metric([task.name], task.admission.queue_depth)
+            held.add_metric([task.name], task.admission.in_use)
+            budget.add_metric([task.name], task.admission.budget)
+            rejected.add_metric([task.name], task.admission.rejected)
         for pool in self._pools.pools:
             queue.add_metric([pool.name], pool.admission.queue_depth)
             held.add_metric([pool.name], pool.admission.in_use)
@@ -96,6 +101,8 @@ class _EngineCollector(Collector):
             kv.add_metric([pool.name], engine.stats.kv_cache_usage)
             blocks.add_metric([pool.name], engine.capacity.num_blocks)
             preempt.add_metric([pool.name], engine.stats.preemptions_total)
+        for task in self._pools.tasks:
+            up.add_metric([task.name], 1.0 if task.engine.is_healthy() else 0.0)
         yield from (up, unfinished, running, waiting, kv, blocks, preempt)
         yield from self._replicas()
         yield from self._pipeline()
@@ -123,7 +130,7 @@ class _EngineCollector(Collector):
                 labels=labels,
             ),
         }
-        for pool in self._pools.pools:
+        for pool in [*self._pools.pools, *self._pools.tasks]:
             for r in pool.engine.replicas():
                 key = [pool.name, str(r["name"])]
                 families["up"].add_metric(key, 1.0 if r["state"] == "up" else 0.0)
@@ -225,6 +232,25 @@ class ServerMetrics:
         self.completion_tokens = Counter(
             "tessera_completion_tokens", "Completion tokens.", ["model"], registry=self.registry
         )
+        self.endpoint_requests = Counter(
+            "tessera_endpoint_requests",
+            "Requests that reached an engine (or the transcription results cache), by endpoint, model and outcome.",
+            ["endpoint", "model", "status"],
+            registry=self.registry,
+        )
+        self.endpoint_latency = Histogram(
+            "tessera_endpoint_latency_seconds",
+            "Request latency, end to end, by endpoint (embeddings and transcriptions share it with chat).",
+            ["endpoint", "model"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.audio_seconds = Counter(
+            "tessera_transcribed_audio_seconds",
+            "Seconds of audio transcribed or translated, by model and whether the results cache answered.",
+            ["model", "cached"],
+            registry=self.registry,
+        )
         self.refused = Counter(
             "tessera_refused_requests",
             "Requests refused before the engine, by error code.",
@@ -235,6 +261,17 @@ class ServerMetrics:
     def record_completion(self, record: CompletionRecord) -> None:
         """The metrics subscriber of the completion bus."""
         model = record.model
+        self.endpoint_requests.labels(record.endpoint, model, record.status).inc()
+        self.endpoint_latency.labels(record.endpoint, model).observe(record.total_s)
+        if record.endpoint != "chat":
+            usage = record.usage
+            if usage.audio_ms:
+                cached = min(usage.cached_audio_ms, usage.audio_ms)
+                self.audio_seconds.labels(model, "false").inc((usage.audio_ms - cached) / 1000)
+                self.audio_seconds.labels(model, "true").inc(cached / 1000)
+            if usage.text:
+                self.prompt_tokens.labels(model, "text").inc(usage.text)
+            return
         if record.ttft_s is not None:
             self.ttft.labels(model).observe(record.ttft_s)
         itl = self.itl.labels(model)

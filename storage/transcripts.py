@@ -5,7 +5,8 @@ database, so every gateway answers from it, and for `keep_days`."""
 from __future__ import annotations
 
 import hashlib
-from datetime import timedelta
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import Engine, delete
 from sqlmodel import Session, col
@@ -18,9 +19,10 @@ def transcript_key(tenant_id: str, content_hash: str, model: str, *options: str)
 
 
 class TranscriptStore:
-    def __init__(self, db: Engine, keep_days: int) -> None:
+    def __init__(self, db: Engine, keep_days: int, clock: Callable[[], datetime] = utcnow) -> None:
         self._db = db
         self._keep = timedelta(days=keep_days)
+        self._clock = clock
 
     @property
     def enabled(self) -> bool:
@@ -31,8 +33,8 @@ class TranscriptStore:
             row = s.get(TranscriptionCacheEntry, key)
             if row is None or row.tenant_id != tenant_id:
                 return None
-            created = row.created_at if row.created_at.tzinfo else row.created_at.replace(tzinfo=utcnow().tzinfo)
-            if created < utcnow() - self._keep:
+            created = row.created_at if row.created_at.tzinfo else row.created_at.replace(tzinfo=UTC)
+            if created < self._clock() - self._keep:
                 return None
             s.expunge(row)
             return row
@@ -41,7 +43,12 @@ class TranscriptStore:
         with Session(self._db) as s:
             s.merge(
                 TranscriptionCacheEntry(
-                    cache_key=key, tenant_id=tenant_id, body=body, audio_ms=audio_ms, output_tokens=output_tokens
+                    cache_key=key,
+                    tenant_id=tenant_id,
+                    body=body,
+                    audio_ms=audio_ms,
+                    output_tokens=output_tokens,
+                    created_at=self._clock(),
                 )
             )
             s.commit()
@@ -50,7 +57,9 @@ class TranscriptStore:
         """Deletes transcripts older than `keep_days`."""
         with Session(self._db) as s:
             result = s.exec(  # type: ignore[call-overload]
-                delete(TranscriptionCacheEntry).where(col(TranscriptionCacheEntry.created_at) < utcnow() - self._keep)
+                delete(TranscriptionCacheEntry).where(
+                    col(TranscriptionCacheEntry.created_at) < self._clock() - self._keep
+                )
             )
             s.commit()
             return int(result.rowcount or 0)

@@ -12,7 +12,7 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
-from config.settings import PoolSettings, Settings
+from config.settings import CHAT_MAX_MODEL_LEN, PoolSettings, Settings
 from serving.admission import AdmissionController
 from serving.encoders.placement import EncoderPlacement
 from serving.encoders.pools import AudioFeaturePool, VisionEncoderPool, vision_geometry
@@ -43,7 +43,7 @@ def engine_spec(pool: PoolSettings, model_path: str, max_images: int) -> EngineS
         enable_mm_embeds=pool.encoder_pools,
         model=model_path,
         dtype=pool.dtype,
-        max_model_len=pool.max_model_len or 4096,
+        max_model_len=pool.max_model_len or CHAT_MAX_MODEL_LEN,
         tensor_parallel_size=pool.tensor_parallel_size,
         gpu_memory_utilization=pool.gpu_memory_utilization,
         kv_cache_bytes=int(pool.kv_cache_gib * (1 << 30)),

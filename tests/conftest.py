@@ -61,6 +61,7 @@ def _wait_healthy(server: LiveServer) -> None:
 
 
 STRIPE_WEBHOOK_SECRET = "whsec_tessera_test"
+MAX_TRANSCRIPTION_SECONDS = 90  # the shared server's limit on an audio file to transcribe
 
 
 def run_server(env: dict[str, str], log_path: Path) -> Iterator[LiveServer]:
@@ -96,6 +97,9 @@ def server(tmp_path_factory: pytest.TempPathFactory, fake_stripe) -> Iterator[Li
         {"name": "small", "aliases": ["8b"]},
         # The large pool is limited to text and image here, so the suite covers a pool lacking a modality.
         {"name": "large", "aliases": ["70b"], "modalities": ["text", "image"], "tool_parser": "hermes"},
+        # The demo embedding and transcription pools, as the embedded default serves them.
+        {"name": "minilm", "kind": "embedding", "aliases": ["embed"], "kv_cache_gib": 0.0625},
+        {"name": "whisper", "kind": "transcription", "aliases": ["whisper-1"], "kv_cache_gib": 0.25},
     ]
     env = {
         **os.environ,
@@ -112,6 +116,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, fake_stripe) -> Iterator[Li
         "TESSERA_MAX_BODY_BYTES": str(MAX_BODY_BYTES),
         "TESSERA_FETCH_ALLOW_HOSTS": json.dumps(["localhost"]),
         "TESSERA_POOLS": json.dumps(pools),
+        "TESSERA_MAX_TRANSCRIPTION_SECONDS": str(MAX_TRANSCRIPTION_SECONDS),
     }
     yield from run_server(env, data / "server.log")
 

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from config.settings import PoolSettings, Settings
+from config.settings import CHAT_MAX_MODEL_LEN, PoolSettings, Settings
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
 K8S = DEPLOY / "k8s"
@@ -140,7 +140,7 @@ def _check_replica(command: list[str], pool: PoolSettings, port: int, gpus: int,
     assert options.get("--served-model-name") == pool.name
     assert options.get("--port") == str(port)
     assert int(options["--tensor-parallel-size"] or 0) == gpus, "tensor parallelism must use every GPU given"
-    assert int(options["--max-model-len"] or 0) == pool.max_model_len
+    assert int(options["--max-model-len"] or 0) == (pool.max_model_len or CHAT_MAX_MODEL_LEN)
     assert options.get("--scheduling-policy") == "priority"
     assert options.get("--mm-processor-cache-gb") == "0", "every request carries its encoder outputs"
     for switch in VLLM_SWITCHES:

@@ -1,5 +1,6 @@
-"""Fixtures of the fleet tests: two real `vllm serve` replicas of the small demo checkpoint, started once for the
-package, and two gateways on PostgreSQL and Redis in front of them."""
+"""Fixtures of the fleet tests: two real `vllm serve` replicas of the small demo checkpoint and two `vllm serve
+--runner pooling` replicas of the demo embedding model, started together once for the package, and two gateways on
+PostgreSQL and Redis in front of them."""
 
 from __future__ import annotations
 
@@ -19,15 +20,39 @@ KEY_SECRET = "fleet-test-secret"
 
 
 @pytest.fixture(scope="package")
-def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sequence[Replica]]:
+def embedding_replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sequence[Replica]]:
+    """Two pooling replicas of all-MiniLM-L6-v2, started (not yet waited for) before the chat replicas, so that
+    both pairs load at once."""
+    from grounding.models import default_minilm_dir
+
+    logs = tmp_path_factory.mktemp("embedding-replicas")
+    started = [
+        Replica(default_minilm_dir(), "minilm", free_port(), logs / f"minilm-{i}.log", runner="pooling")
+        for i in range(2)
+    ]
+    try:
+        for replica in started:
+            replica.start()
+        yield started
+    finally:
+        for replica in started:
+            replica.stop()
+
+
+@pytest.fixture(scope="package")
+def replicas(tmp_path_factory: pytest.TempPathFactory, embedding_replicas) -> Iterator[Sequence[Replica]]:
     """Two replicas of their own; TESSERA_TEST_REPLICAS="URL,URL" reuses running ones while developing (the
     failover test then skips: it must kill and restart its replica)."""
     logs = tmp_path_factory.mktemp("replicas")
     if reuse := os.environ.get("TESSERA_TEST_REPLICAS"):
         ports = [int(u.rsplit(":", 1)[1]) for u in reuse.split(",")]
+        for replica in embedding_replicas:
+            replica.wait_ready()
         yield [Replica(MODELS_DIR / "small", "small", port, logs / f"{port}.log") for port in ports]
         return
     with running_replicas(MODELS_DIR / "small", "small", 2, logs) as started:
+        for replica in embedding_replicas:
+            replica.wait_ready()
         yield started
 
 
@@ -41,7 +66,13 @@ def fleet_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def _gateway_env(
-    replicas: Sequence[Replica], db_url: str, data: Path, shared: Path, *, flush: bool = True
+    replicas: Sequence[Replica],
+    db_url: str,
+    data: Path,
+    shared: Path,
+    *,
+    flush: bool = True,
+    embedding: Sequence[Replica] = (),
 ) -> dict[str, str]:
     import redis
 
@@ -60,7 +91,16 @@ def _gateway_env(
         "TESSERA_EMBEDDING_CACHE_DIR": str(shared / "embeddings"),
         "TESSERA_FILES_DIR": str(shared / "files"),
         "TESSERA_GROUNDING": "false",
-        "TESSERA_POOLS": json.dumps([{"name": "small", "aliases": ["8b"], "replicas": [r.url for r in replicas]}]),
+        "TESSERA_POOLS": json.dumps(
+            [
+                {"name": "small", "aliases": ["8b"], "replicas": [r.url for r in replicas]},
+                *(
+                    [{"name": "minilm", "kind": "embedding", "replicas": [r.url for r in embedding]}]
+                    if embedding
+                    else []
+                ),
+            ]
+        ),
     }
 
 
@@ -70,9 +110,11 @@ def shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="package")
-def gateway(replicas, fleet_db, shared_dir, tmp_path_factory) -> Iterator[LiveServer]:
+def gateway(replicas, embedding_replicas, fleet_db, shared_dir, tmp_path_factory) -> Iterator[LiveServer]:
+    """The first gateway; it also serves an embedding pool on the two pooling replicas."""
     data = tmp_path_factory.mktemp("gateway-a")
-    yield from run_server(_gateway_env(replicas, fleet_db, data, shared_dir), data / "server.log")
+    env = _gateway_env(replicas, fleet_db, data, shared_dir, embedding=embedding_replicas)
+    yield from run_server(env, data / "server.log")
 
 
 @pytest.fixture(scope="package")

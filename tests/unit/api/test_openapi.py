@@ -173,7 +173,9 @@ def test_the_documented_choices_are_enforced_by_name(client, document, method, p
 def test_the_choices_are_in_the_document(document):
     prices = _operations(document)["PUT /admin/prices/{model}/{dimension}"]
     dimension = next(p for p in prices["parameters"] if p["name"] == "dimension")
-    assert dimension["schema"]["pattern"] == "^(text_input|image|audio|cached_media|output|batch_percent)$"
+    assert dimension["schema"]["pattern"] == (
+        "^(text_input|image|audio|cached_media|output|audio_seconds|cached_audio_seconds|batch_percent)$"
+    )
     assert document["components"]["schemas"]["TenantPatch"]["properties"]["status"]["enum"] == ["active", "suspended"]
 
 

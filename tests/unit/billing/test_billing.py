@@ -154,3 +154,49 @@ def test_webhook_signature_and_replay(db):
     assert receive(db, payload, header, secret)[0] == "duplicate"
     with pytest.raises(ValueError, match="invalid Stripe webhook"):
         receive(db, payload, f"t={timestamp},v1={'0' * 64}", secret)
+
+
+def test_cached_audio_features_are_billed_as_fresh_audio(db):
+    """Only the log-mel features of a repeated clip were reused; the engine's audio tower still ran on them."""
+    row = InferenceRequest(
+        request_id="a",
+        model_variant="large",
+        modality_mask=5,
+        text_tokens=10,
+        audio_tokens=50,
+        cached_audio_tokens=50,
+        status="completed",
+    )
+    q = quantities(row)
+    assert (q["audio"], q["cached_media"]) == (50, 0)
+
+
+def test_a_transcription_is_billed_per_started_second_fresh_or_cached(db):
+    prices = PriceBook(db)
+    fresh = InferenceRequest(
+        request_id="t1",
+        model_variant="whisper",
+        modality_mask=5,
+        audio_tokens=126,
+        output_tokens=40,
+        audio_ms=2_510,
+        endpoint="transcriptions",
+        status="completed",
+    )
+    assert quantities(fresh) == {"audio_seconds": 3, "cached_audio_seconds": 0}  # tokens count against quotas only
+    assert prices.cost_micros(fresh) == 300  # 3 s at 0.0001 a second
+    cached = InferenceRequest(
+        request_id="t2",
+        model_variant="whisper",
+        modality_mask=5,
+        audio_tokens=126,
+        audio_ms=2_510,
+        cached_audio_ms=2_510,
+        endpoint="transcriptions",
+        status="completed",
+    )
+    assert quantities(cached) == {"audio_seconds": 0, "cached_audio_seconds": 3}
+    assert prices.cost_micros(cached) == 30
+    rows = prices.outbox_rows(cached.model_copy(update={"tenant_id": "t"}))
+    assert [(r.dimension, r.quantity) for r in rows] == [("cached_audio_seconds", 3)]
+    assert EVENT_NAMES["audio_seconds"] == "tessera_audio_seconds"
