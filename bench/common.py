@@ -49,6 +49,27 @@ def wav_b64(seconds: float = 2.0, rate: int = 16_000, freq: float = 440.0) -> st
     return base64.b64encode(buf.getvalue()).decode()
 
 
+def speech(text: str) -> Any:
+    """float32 mono 16 kHz speech, spoken slowly by espeak-ng's US voice (Whisper tiny.en mishears it at full
+    speed)."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    import numpy as np
+    import soundfile as sf
+    from scipy.signal import resample_poly
+
+    espeak = shutil.which("espeak-ng")
+    if espeak is None:
+        raise RuntimeError("espeak-ng is missing: scripts/setup_venv.sh installs it")
+    with tempfile.TemporaryDirectory() as tmp:
+        wav = Path(tmp) / "speech.wav"
+        subprocess.run([espeak, "-v", "en-us", "-s", "130", "-g", "2", "-w", str(wav), text], check=True)  # noqa: S603
+        samples, rate = sf.read(wav, dtype="float32")
+    return resample_poly(samples, 16_000, rate).astype(np.float32)
+
+
 def unique_text() -> str:
     """A first line no earlier request had, so nothing is served from the engine's prefix cache."""
     return f"Request {time.perf_counter_ns()}."

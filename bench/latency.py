@@ -1,4 +1,5 @@
-"""`tessera bench latency`: server start-up, then TTFT and decode rate per demo checkpoint, text, image, audio."""
+"""`tessera bench latency`: server start-up, then TTFT and decode rate per demo checkpoint, text, image, audio; and
+the embedding and transcription pools through Tessera against the same engines called directly (bench.tasks)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from bench.common import (
     write_report,
 )
 from bench.server import LiveServer, live_server
+from bench.tasks import TASK_ENV, TASK_POOLS, DirectEngines, measure_tasks
 from config.settings import Settings
 
 MODELS = ("small", "large")
@@ -70,8 +72,9 @@ def run_latency_bench(
     max_tokens: int | None = None,
     progress: Progress = print,
 ) -> dict[str, Any]:
-    """Starts its own server (the embedded default's pools `small` and `large`), streams each request, and
-    writes medians per model and modality to `out`."""
+    """Starts its own server (the embedded default's pools), streams each chat request, compares the embedding and
+    transcription pools with the same engines called directly, and writes medians per model and modality to
+    `out`."""
     from demo.checkpoints import build_demo_checkpoints
 
     repeats = repeats or (1 if smoke else 3)
@@ -93,17 +96,38 @@ def run_latency_bench(
                     progress(f"  {model:6s} {kind:6s} TTFT {ttft * 1000:7.1f} ms   decode {rate:6.1f} tok/s")
         return results
 
-    progress("starting the live server (pools small, large)")
+    progress("starting the live server (pools small, large, minilm, whisper)")
     started = time.perf_counter()
-    with live_server(settings.demo_dir(), [{"name": m} for m in MODELS], progress) as server:
+    pools = [{"name": m} for m in MODELS] + TASK_POOLS
+    with live_server(settings.demo_dir(), pools, progress, env=TASK_ENV) as server:
         report["server_startup_s"] = round(server.startup_s, 1)
         report["requests"] = asyncio.run(go(server))
+        progress("starting the same embedding and transcription engines in this process, to call them directly")
+        direct = DirectEngines(settings.demo_dir())
+        try:
+            report.update(asyncio.run(measure_tasks(server, direct, smoke=smoke, progress=progress)))
+        finally:
+            direct.shutdown()
+        t, e = report["transcription"], report["embeddings"]
+        progress(
+            f"  transcription RTF {t['tessera_rtf']['median']:.1f} through Tessera, {t['engine_rtf']['median']:.1f} "
+            f"direct (ratio {t['rtf_ratio']:.2f}; Tessera's share of the wall time "
+            f"{t['tessera_overhead_of_wall']['median']:.1%})"
+        )
+        progress(
+            f"  embeddings {e['tessera_inputs_per_s']['median']:.0f} inputs/s through Tessera, "
+            f"{e['engine_inputs_per_s']['median']:.0f} direct (ratio {e['throughput_ratio']:.2f})"
+        )
     report["bench_s"] = round(time.perf_counter() - started, 1)
     check_report(
         report,
         positive=[
             "server_startup_s",
             *(f"requests.{m}.{k}.{f}" for m in MODELS for k in requests for f in ("ttft_s", "decode_tok_per_s")),
+            "transcription.tessera_rtf.median",
+            "transcription.engine_rtf.median",
+            "embeddings.tessera_inputs_per_s.median",
+            "embeddings.engine_inputs_per_s.median",
         ],
     )
     write_report(out, report)

@@ -73,12 +73,16 @@ class ConsoleController(Controller):
         pools: NamedDependency[PoolRegistry],
     ) -> Template:
         models = [p.name for p in pools.pools if signed_in.may_use(p.name)]
+        tasks = {kind: [t.name for t in pools.tasks if t.kind == kind and signed_in.may_use(t.name)] for kind in
+                 ("transcription", "embedding")}  # fmt: skip
         return page(
             "console/playground.html.jinja2",
             area="tenant",
             active="playground",
             tenant=signed_in.tenant_name,
             models=[*models, "auto"],
+            speech_models=tasks["transcription"],
+            embedding_models=tasks["embedding"],
             base_url=str(request.base_url).rstrip("/") + "/v1",
         )
 

@@ -16,7 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from serving.encoders.cache import EmbeddingCache
-from serving.pools import PoolRegistry
+from serving.pools import ModelPool, PoolRegistry, TaskPool
 from serving.record import CompletionRecord
 
 _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0)
@@ -130,7 +130,8 @@ class _EngineCollector(Collector):
                 labels=labels,
             ),
         }
-        for pool in [*self._pools.pools, *self._pools.tasks]:
+        pools: list[ModelPool | TaskPool] = [*self._pools.pools, *self._pools.tasks]
+        for pool in pools:
             for r in pool.engine.replicas():
                 key = [pool.name, str(r["name"])]
                 families["up"].add_metric(key, 1.0 if r["state"] == "up" else 0.0)

@@ -181,9 +181,67 @@
     });
   }
 
+  // Modes: chat, transcribe a clip, embed texts. Each shows only its own fields and models; hidden fields are
+  // disabled, so they are neither required nor sent.
+  const taskSlot = document.getElementById("task-slot");
+  const modelSelect = document.getElementById("model");
+  const mode = () => (form.querySelector('input[name="mode"]:checked') || { value: "chat" }).value;
+  function syncMode() {
+    const current = mode();
+    for (const group of form.querySelectorAll("[data-modes]")) {  // document order: a nested group decides last
+      const on = group.dataset.modes.split(" ").includes(current);
+      group.hidden = !on;
+      for (const input of group.querySelectorAll("input, textarea, select")) input.disabled = !on;
+    }
+    for (const option of modelSelect.options) {
+      const on = option.dataset.mode === current;
+      option.hidden = !on;
+      option.disabled = !on;
+    }
+    if (modelSelect.selectedOptions.length === 0 || modelSelect.selectedOptions[0].disabled) {
+      const first = Array.from(modelSelect.options).find((o) => !o.disabled);
+      if (first) modelSelect.value = first.value;
+    }
+    document.getElementById("run").textContent = { chat: "Run", transcribe: "Transcribe", embed: "Embed" }[current];
+  }
+  for (const radio of form.querySelectorAll('input[name="mode"]')) radio.addEventListener("change", syncMode);
+  syncMode();
+
+  function taskSnippet(fields) {
+    const head = "from openai import OpenAI\n\nclient = OpenAI(base_url=" + JSON.stringify(form.dataset.baseUrl) + ", api_key=\"YOUR_KEY\")\n";
+    if (mode() === "embed") {
+      const texts = String(fields.get("texts") || "").split("\n").map((t) => t.trim()).filter(Boolean);
+      return head + "resp = client.embeddings.create(model=" + JSON.stringify(fields.get("model")) + ", input=" + JSON.stringify(texts) + ")\nprint([len(d.embedding) for d in resp.data])\n";
+    }
+    return head + "with open(\"clip.wav\", \"rb\") as f:\n    print(client.audio.transcriptions.create(model=" + JSON.stringify(fields.get("model")) + ", file=f).text)\n";
+  }
+
+  async function runTask(fields) {
+    code.textContent = taskSnippet(fields);
+    answer.setAttribute("aria-busy", "true");
+    const path = mode() === "embed" ? "/console/playground/embed" : "/console/playground/transcribe";
+    const response = await fetch(path, { method: "POST", body: fields, headers: { "x-csrftoken": fields.get("_csrf_token") } });
+    answer.setAttribute("aria-busy", "false");
+    if (!response.ok) {
+      const err = await response.json().catch(() => ({ error: { message: response.status + " " + response.statusText } }));
+      showToast(err.error.message);
+      return;
+    }
+    taskSlot.innerHTML = await response.text();  // the server's own escaped fragment
+  }
+
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     const fields = new FormData(form);
+    taskSlot.replaceChildren();
+    if (mode() !== "chat") {
+      answer.textContent = "";
+      breakdown.replaceChildren();
+      document.getElementById("summary-slot").replaceChildren();
+      document.getElementById("tool-calls-box").hidden = true;
+      await runTask(fields);
+      return;
+    }
     answer.textContent = "";
     document.getElementById("tool-calls").replaceChildren();
     document.getElementById("tool-calls-box").hidden = true;

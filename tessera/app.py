@@ -49,6 +49,7 @@ from console.batches import BatchesController
 from console.controllers import ConsoleController
 from console.errors import console_error
 from console.keys import KeysController
+from console.playground_tasks import PlaygroundTasksController
 from console.requests import RequestsController
 from console.security import TrustedProxies, security_headers
 from console.sessions import session_middleware
@@ -195,6 +196,7 @@ def create_app(
         path="/",
         route_handlers=[
             ConsoleController,
+            PlaygroundTasksController,
             KeysController,
             BatchesController,
             UsageController,

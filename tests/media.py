@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import base64
 import io
-import shutil
 import struct
-import subprocess
-import tempfile
 import zlib
-from pathlib import Path
 
 import numpy as np
 import soundfile as sf
 from PIL import Image
-from scipy.signal import resample_poly
+
+from bench.common import speech  # noqa: F401 (the tests' spoken clips, as the benches speak theirs)
 
 
 def image(seed: int = 0, size: tuple[int, int] = (320, 240)) -> Image.Image:
@@ -66,19 +63,6 @@ def bomb_png(width: int = 50_000, height: int = 50_000) -> bytes:
 def truncated_png() -> bytes:
     raw = png_bytes(image(1))
     return raw[: len(raw) // 2]
-
-
-def speech(text: str) -> np.ndarray:
-    """float32 mono 16 kHz speech, spoken slowly by espeak-ng's US voice (Whisper tiny.en mishears it at full
-    speed)."""
-    espeak = shutil.which("espeak-ng")
-    if espeak is None:
-        raise RuntimeError("espeak-ng is missing: scripts/setup_venv.sh installs it")
-    with tempfile.TemporaryDirectory() as tmp:
-        wav = Path(tmp) / "speech.wav"
-        subprocess.run([espeak, "-v", "en-us", "-s", "130", "-g", "2", "-w", str(wav), text], check=True)
-        samples, rate = sf.read(wav, dtype="float32")
-    return resample_poly(samples, 16_000, rate).astype(np.float32)
 
 
 def wav_b64(samples: np.ndarray, rate: int = 16_000) -> str:

@@ -66,4 +66,5 @@ def test_a_killed_embedding_replica_fails_over_and_is_readmitted(gateway, embedd
         time.sleep(1)
     else:
         raise AssertionError(f"replica {name} was not readmitted within 60 s")
-    assert survivor.proc is not None and survivor.proc.poll() is None
+    assert survivor.proc is not None
+    assert survivor.proc.poll() is None
