@@ -60,8 +60,8 @@ class DirectEngines:
         from config.settings import PoolSettings
         from demo.checkpoints import build_task_checkpoint
         from serving.engines.inprocess import VllmEngine
+        from serving.engines.specs import engine_spec
         from serving.pools import TaskPool
-        from tessera.pools import engine_spec
 
         self.pools: dict[str, TaskPool] = {}
         for raw in TASK_POOLS:

@@ -78,7 +78,10 @@ def serve(settings: Settings) -> None:
 
     def announce(state: AppState) -> None:
         url = f"http://{settings.host}:{settings.port}/v1"
-        models = ", ".join(f"{p.name} ({'+'.join(p.modalities)})" for p in state.pools.pools)
+        models = ", ".join(
+            [f"{p.name} ({'+'.join(p.modalities)})" for p in state.pools.pools]
+            + [f"{t.name} ({t.kind})" for t in state.pools.tasks]
+        )
         print(f"\nTessera is serving {models}\n  base_url: {url}", flush=True)
         if state.demo_key and settings.api_key:
             # The operator chose this key; it is not repeated into logs.

@@ -12,46 +12,18 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
-from config.settings import CHAT_MAX_MODEL_LEN, PoolSettings, Settings
+from config.settings import PoolSettings, Settings
 from serving.admission import AdmissionController
 from serving.encoders.placement import EncoderPlacement
 from serving.encoders.pools import AudioFeaturePool, VisionEncoderPool, vision_geometry
-from serving.engines.base import EmbeddingEngine, EngineClient, EngineSpec, SpeechEngine
+from serving.engines.base import EmbeddingEngine, EngineClient, SpeechEngine
 from serving.engines.inprocess import VllmEngine
 from serving.engines.remote import RemoteEngine, RemoteSettings
 from serving.engines.remote_embeddings import RemoteEmbeddingEngine
+from serving.engines.specs import engine_spec
 from serving.pools import ModelPool, PoolRegistry, TaskPool
 
 logger = logging.getLogger(__name__)
-
-
-def engine_spec(pool: PoolSettings, model_path: str, max_images: int) -> EngineSpec:
-    if pool.kind != "chat":
-        return EngineSpec(
-            model=model_path,
-            dtype=pool.dtype,
-            max_model_len=pool.max_model_len or 0,  # 0: the checkpoint's own
-            kv_cache_bytes=int(pool.kv_cache_gib * (1 << 30)),
-            enforce_eager=pool.enforce_eager,
-            cpu_threads=pool.cpu_threads,
-            max_num_seqs=pool.max_num_seqs,
-            limit_mm_per_prompt={"audio": 1} if pool.kind == "transcription" else {},
-            enable_prefix_caching=False,  # a pooling model keeps no KV cache; Whisper's cross-attention is per clip
-            runner="pooling" if pool.kind == "embedding" else "generate",
-        )
-    return EngineSpec(
-        enable_mm_embeds=pool.encoder_pools,
-        model=model_path,
-        dtype=pool.dtype,
-        max_model_len=pool.max_model_len or CHAT_MAX_MODEL_LEN,
-        tensor_parallel_size=pool.tensor_parallel_size,
-        gpu_memory_utilization=pool.gpu_memory_utilization,
-        kv_cache_bytes=int(pool.kv_cache_gib * (1 << 30)),
-        enforce_eager=pool.enforce_eager,
-        cpu_threads=pool.cpu_threads,
-        max_num_seqs=pool.max_num_seqs,
-        limit_mm_per_prompt={"image": max_images, "audio": 1, "video": 0},
-    )
 
 
 # Resolves the pools that name no checkpoint (`model` unset) to checkpoint folders. The command line hands in the
