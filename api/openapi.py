@@ -54,7 +54,7 @@ def answer(model: type[Any], description: str, status: int = 200) -> dict[int, R
 
 
 # One server-sent event (OpenAPI 3.1 reads an event stream's `schema` as the schema of each event).
-_EVENT = Schema(
+EVENT_SCHEMA = Schema(
     type=OpenAPIType.OBJECT,
     properties={
         "event": Schema(type=OpenAPIType.STRING, description="The event's type, where the API names one."),
@@ -74,7 +74,7 @@ class StreamingOperation(Operation):
     def __post_init__(self) -> None:
         ok = (self.responses or {}).get("200")
         if ok is not None and not isinstance(ok, Reference) and ok.content is not None:
-            ok.content["text/event-stream"] = OpenAPIMediaType(schema=_EVENT)
+            ok.content["text/event-stream"] = OpenAPIMediaType(schema=EVENT_SCHEMA)
 
 
 # A route handler's `opt` key: the caller's room for another request (its concurrency slot and token budget) is

@@ -10,8 +10,9 @@ from litestar.di import NamedDependency
 from litestar.enums import RequestEncodingType
 from litestar.params import Body
 
+from api.audio.protocol import SpeechOperation, Transcription
 from api.audio.service import Transcriber, read_form
-from api.openapi import PRECHECK, errors
+from api.openapi import PRECHECK, answer, errors
 from api.sse import SSE_HEADERS, EventStream
 from tenancy.directory import Principal
 
@@ -37,7 +38,11 @@ async def _speech(
     "/v1/audio/transcriptions",
     status_code=200,
     opt={PRECHECK: True},
-    responses=errors(400, 401, 403, 404, 413, 429, 503),
+    operation_class=SpeechOperation,
+    responses={
+        **answer(Transcription, "The transcript in the asked format."),
+        **errors(400, 401, 403, 404, 413, 429, 503),
+    },
     description="Speech to text in the spoken language: `json`, `text`, `srt`, `vtt` or `verbose_json` (timed "
     "segments); with `stream=true`, `transcript.text.delta` and `transcript.text.done` events.",
 )
@@ -53,7 +58,11 @@ async def create_transcription(
     "/v1/audio/translations",
     status_code=200,
     opt={PRECHECK: True},
-    responses=errors(400, 401, 403, 404, 413, 429, 503),
+    operation_class=SpeechOperation,
+    responses={
+        **answer(Transcription, "The transcript in the asked format."),
+        **errors(400, 401, 403, 404, 413, 429, 503),
+    },
     description="Speech in any language to English text, on a multilingual transcription pool (an English-only "
     "pool refuses it with a 400 naming `model`).",
 )
