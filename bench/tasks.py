@@ -74,8 +74,12 @@ class DirectEngines:
             )
 
     def shutdown(self) -> None:
+        import gc
+
         for pool in self.pools.values():
             pool.engine.shutdown()
+        self.pools.clear()
+        gc.collect()  # vLLM's engine shuts down again when collected: here, not at interpreter exit
 
     async def transcribe(self, samples: np.ndarray) -> str:
         from serving.engines.base import SpeechRequest
