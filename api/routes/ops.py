@@ -36,6 +36,15 @@ async def health(pools: NamedDependency[PoolRegistry]) -> Response[dict[str, Any
         }
         if replicas := pool.engine.replicas():
             engines[pool.name]["replicas"] = replicas
+    for task in pools.tasks:  # embedding and transcription pools
+        engines[task.name] = {
+            "status": "ok" if task.engine.is_healthy() else "dead",
+            "kind": task.kind,
+            "admitted": task.admission.in_use,
+            "waiting": task.admission.queue_depth,
+        }
+        if replicas := task.engine.replicas():
+            engines[task.name]["replicas"] = replicas
     ok = all(e["status"] == "ok" for e in engines.values())
     return Response(
         {"status": "ok" if ok else "unavailable", "engines": engines},

@@ -30,8 +30,9 @@ def test_an_uploaded_clip_is_transcribed(server, browser, tenant_key, tmp_path: 
     assert "client.audio.transcriptions.create" in page.locator("#code").inner_text()
     shoot(page, "playground-transcribe")
     page.locator("#task-result a", has_text="details").click()
-    page.wait_for_load_state()
-    assert "whisper" in page.content()
+    page.wait_for_selector("dd[data-field='endpoint']")
+    assert page.locator("dd[data-field='endpoint']").inner_text() == "transcriptions"
+    assert page.locator("dd[data-field='audio seconds']").inner_text().endswith(" s")
     page.close()
 
 

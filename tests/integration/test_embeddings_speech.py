@@ -50,11 +50,14 @@ def _cos(a, b) -> float:
 # -- embeddings ------------------------------------------------------------------------------------------------
 
 
-def test_models_list_each_pool_with_its_kind(client):
+def test_models_list_each_pool_with_its_kind(client, server):
     kinds = {m.id: m.model_extra.get("kind") for m in client.models.list().data}
     assert kinds == {"small": "chat", "large": "chat", "minilm": "embedding", "whisper": "transcription"}
     whisper = client.models.retrieve("whisper-1").model_extra
     assert whisper["endpoints"] == ["/v1/audio/transcriptions"]  # English-only: no translations
+    engines = httpx.get(server.base_url + "/health", timeout=10).json()["engines"]
+    assert (engines["minilm"]["kind"], engines["minilm"]["status"]) == ("embedding", "ok")
+    assert (engines["whisper"]["kind"], engines["whisper"]["status"]) == ("transcription", "ok")
 
 
 def test_paraphrases_embed_closer_than_unrelated_text(client):
