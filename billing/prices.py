@@ -8,6 +8,7 @@ import time
 from sqlalchemy import Engine
 from sqlmodel import Session, select
 
+from db.audit import SYSTEM, write_audit
 from db.models import BillingOutbox, InferenceRequest, ModelPrice
 
 # Tokens, except `audio_seconds` and `cached_audio_seconds`: the seconds of audio a transcription pool transcribed,
@@ -108,14 +109,20 @@ class PriceBook:
             default = DEFAULT_BATCH_PERCENT if dimension == BATCH_PERCENT else DEFAULT_PRICES[dimension]
             return self._prices.get((model, dimension), default)
 
-    def set(self, model: str, dimension: str, micros_per_million: int) -> None:
-        """Sets a price (or, for `batch_percent`, the share of the prices batch lines pay, 0 to 100)."""
+    def set(self, model: str, dimension: str, micros_per_million: int, *, actor: str = SYSTEM) -> None:
+        """Sets a price (or, for `batch_percent`, the share of the prices batch lines pay, 0 to 100); the change and
+        its audit row commit together."""
         if dimension == BATCH_PERCENT:
             if not 0 <= micros_per_million <= 100:
                 raise ValueError("batch_percent must lie in [0, 100]")
         elif dimension not in DIMENSIONS or micros_per_million < 0:
             raise ValueError(f"dimension must be one of {(*DIMENSIONS, BATCH_PERCENT)} and the price non-negative")
         with Session(self._db) as s:
+            earlier = s.get(ModelPrice, (model, dimension))
+            default = DEFAULT_BATCH_PERCENT if dimension == BATCH_PERCENT else DEFAULT_PRICES[dimension]
+            before = default if earlier is None else earlier.micros_per_million
+            target, after = f"{model}/{dimension}", {"value": micros_per_million}
+            write_audit(s, actor, "price.set", target, {"value": before, "default": earlier is None}, after)
             s.merge(ModelPrice(model=model, dimension=dimension, micros_per_million=micros_per_million))
             s.commit()
         with self._lock:

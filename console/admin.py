@@ -18,11 +18,10 @@ from litestar.response import Redirect, Template
 from sqlalchemy import Engine
 
 from api.auth import Authenticator
-from billing.prices import BATCH_PERCENT, DIMENSIONS, PriceBook
 from config.settings import Settings
 from console.auth import ADMIN_SESSION, admin_marker, sign_in, sign_out
 from console.batches import admin_batches
-from console.forms import batch_percent, dollars_to_micros, quota_fields, threshold_step
+from console.forms import quota_fields, threshold_step
 from console.keys import EXPIRY_DAYS, key_options
 from console.live import live_figures
 from console.pages import money, page
@@ -226,8 +225,9 @@ class AdminConsoleController(Controller):
             tokens_per_minute=fields["tokens_per_minute"],
             concurrency=fields["concurrent_requests"],
             monthly_token_budget=fields["monthly_token_budget"],
+            actor=console_admin.actor("console"),
         )
-        await asyncio.to_thread(directory.set_quota, tenant.id, **fields)
+        await asyncio.to_thread(directory.set_quota, tenant.id, actor=console_admin.actor("console"), **fields)
         return await _tenants_page(directory, db, created=tenant.name, status_code=201)
 
     @get("/tenants/{tenant_id:str}")
@@ -249,7 +249,8 @@ class AdminConsoleController(Controller):
         views: NamedDependency[TenantViews],
         data: Form,
     ) -> Template:
-        await asyncio.to_thread(views.directory.set_status, tenant_id, str(data.get("status", "")))
+        status = str(data.get("status", ""))
+        await asyncio.to_thread(views.directory.set_status, tenant_id, status, actor=console_admin.actor("console"))
         return await views.page(tenant_id, notice="Status saved.")
 
     @post("/tenants/{tenant_id:str}/quota")
@@ -260,7 +261,8 @@ class AdminConsoleController(Controller):
         views: NamedDependency[TenantViews],
         data: Form,
     ) -> Template:
-        await asyncio.to_thread(views.directory.set_quota, tenant_id, **quota_fields(data))
+        actor = console_admin.actor("console")
+        await asyncio.to_thread(views.directory.set_quota, tenant_id, actor=actor, **quota_fields(data))
         return await views.page(tenant_id, notice="Quota saved.")
 
     @get("/tenants/{tenant_id:str}/gauges")
@@ -301,7 +303,8 @@ class AdminConsoleController(Controller):
         options, error = key_options(data, views.pools)
         if error:
             raise InvalidRequest(error, param="models")
-        issued = await asyncio.to_thread(views.directory.issue_key, tenant_id, **options)
+        actor = console_admin.actor("console")
+        issued = await asyncio.to_thread(views.directory.issue_key, tenant_id, actor=actor, **options)
         return await views.page(tenant_id, issued=issued.key, status_code=201)
 
     @post("/tenants/{tenant_id:str}/keys/{key_id:str}/revoke")
@@ -312,45 +315,9 @@ class AdminConsoleController(Controller):
         console_admin: NamedDependency[Principal],
         views: NamedDependency[TenantViews],
     ) -> Template:
-        await asyncio.to_thread(views.directory.revoke_key, key_id, tenant_id=tenant_id)
+        actor = console_admin.actor("console")
+        await asyncio.to_thread(views.directory.revoke_key, key_id, tenant_id=tenant_id, actor=actor)
         return await views.page(tenant_id, notice="Key revoked.")
-
-    # -- prices -------------------------------------------------------------------------------------------
-
-    @get("/prices")
-    async def prices_page(
-        self,
-        console_admin: NamedDependency[Principal],
-        prices: NamedDependency[PriceBook],
-        pools: NamedDependency[PoolRegistry],
-    ) -> Template:
-        return await _prices_page(prices, pools)
-
-    @post("/prices")
-    async def set_prices(
-        self,
-        console_admin: NamedDependency[Principal],
-        prices: NamedDependency[PriceBook],
-        pools: NamedDependency[PoolRegistry],
-        data: Form,
-    ) -> Template:
-        models = [p.name for p in pools.pools]
-        current = await asyncio.to_thread(prices.all, models)
-        changes = []
-        for model in models:
-            for dim in DIMENSIONS:
-                name = f"{model}.{dim}"
-                micros = dollars_to_micros(str(data.get(name, "")), f"The {dim} price of {model}", name)
-                if micros is not None and micros != current[model][dim]:
-                    changes.append((model, dim, micros))
-            name = f"{model}.{BATCH_PERCENT}"
-            percent = batch_percent(str(data.get(name, "")), f"The batch price of {model}", name)
-            if percent is not None and percent != current[model][BATCH_PERCENT]:
-                changes.append((model, BATCH_PERCENT, percent))
-        for model, dim, micros in changes:
-            await asyncio.to_thread(prices.set, model, dim, micros)
-        notice = f"{len(changes)} price{'s' if len(changes) != 1 else ''} changed."
-        return await _prices_page(prices, pools, notice=notice)
 
 
 def _signin(error: str | None = None, status_code: int = 200) -> Template:
@@ -377,22 +344,5 @@ async def _tenants_page(directory: Directory, db: Engine, status_code: int = 200
         tenants=rows,
         month={t: {**m, "cost": money(m["cost_micros"])} for t, m in month.items()},
         **QUOTA_FORM,
-        **extra,
-    )
-
-
-async def _prices_page(prices: PriceBook, pools: PoolRegistry, **extra: Any) -> Template:
-    models = [p.name for p in pools.pools]
-    table = await asyncio.to_thread(prices.all, models)
-    return page(
-        "console/admin/prices.html.jinja2",
-        area="admin",
-        active="prices",
-        table={
-            m: {d: f"{row[d] / 1_000_000:.6f}".rstrip("0").rstrip(".") for d in DIMENSIONS} for m, row in table.items()
-        },
-        batch={m: row[BATCH_PERCENT] for m, row in table.items()},
-        batch_field=BATCH_PERCENT,
-        dimensions=DIMENSIONS,
         **extra,
     )

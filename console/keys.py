@@ -37,7 +37,7 @@ def picked_models(data: dict[str, Any], pools: PoolRegistry) -> tuple[list[str],
     """The model checkboxes of a key form, and an error when one names no pool."""
     models = data.get("models") or []
     models = [models] if isinstance(models, str) else list(models)
-    unknown = set(models) - {p.name for p in pools.pools}
+    unknown = set(models) - set(pools.names())
     return models, (f"unknown models: {', '.join(sorted(unknown))}" if unknown else None)
 
 
@@ -98,7 +98,8 @@ class KeysController(Controller):
         options, error = key_options(data, pools)
         if error:
             return await _render(signed_in, directory, pools, status_code=400, error=error)
-        issued = await asyncio.to_thread(directory.issue_key, signed_in.tenant_id, **options)
+        actor = signed_in.actor("console")
+        issued = await asyncio.to_thread(directory.issue_key, signed_in.tenant_id, actor=actor, **options)
         return await _render(signed_in, directory, pools, status_code=201, issued=issued.key)
 
     @post("/{key_id:str}/revoke")
@@ -115,7 +116,8 @@ class KeysController(Controller):
             error = "This is the key you signed in with; sign in with another key to revoke it."
             return await _render(signed_in, directory, pools, status_code=409, error=error)
         try:
-            await asyncio.to_thread(directory.revoke_key, key_id, tenant_id=signed_in.tenant_id)
+            actor = signed_in.actor("console")
+            await asyncio.to_thread(directory.revoke_key, key_id, tenant_id=signed_in.tenant_id, actor=actor)
         except NotFound:
             return await _render(signed_in, directory, pools, status_code=404, error="No such key for this tenant.")
         return await _render(signed_in, directory, pools)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import JSON, Column, Index
 from sqlmodel import Field, SQLModel
@@ -246,6 +247,22 @@ class Job(SQLModel, table=True):
     # Not claimed before this moment: a job that yields its turn, or a periodic one, waits here.
     ready_at: datetime = Field(default_factory=utcnow, index=True)
     claimed_at: datetime | None = None  # the last claim, which orders tenants for their next turn
+
+
+class AuditEntry(SQLModel, table=True):
+    """One admin change: who made it, what and to which target, the values before and after; written in the same
+    transaction as the change (db.audit)."""
+
+    __tablename__ = "audit_log"
+    __table_args__ = (Index("ix_audit_log_target", "target"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    at: datetime = Field(default_factory=utcnow, index=True)
+    actor: str = Field(max_length=128)  # `api:<key prefix>`, `console:<key prefix>`, `cli:<user>` or `system`
+    action: str = Field(max_length=64, index=True)  # e.g. tenant.create, quota.update, key.revoke, price.set
+    target: str = Field(max_length=160)  # what changed: a tenant id, a key id, `model/dimension`
+    before: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    after: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
 
 
 class ModelPrice(SQLModel, table=True):

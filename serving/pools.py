@@ -157,6 +157,10 @@ class PoolRegistry:
             for key in (task.name, *task.aliases):
                 self._tasks[key] = task
 
+    def names(self) -> list[str]:
+        """Every pool's name: the chat pools, then the embedding and transcription pools."""
+        return [p.name for p in self.pools] + [t.name for t in self.tasks]
+
     def get(self, name: str) -> ModelPool | None:
         """The chat pool `name` names, or None."""
         return self._by_name.get(name)

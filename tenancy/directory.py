@@ -21,6 +21,7 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlmodel import Session, col, select
 
+from db.audit import SYSTEM, changed, write_audit
 from db.models import ApiKey, Tenant, TenantQuota
 from serving.errors import Conflict, InvalidRequest, NotFound
 
@@ -43,9 +44,14 @@ class Principal:
     allowed_models: frozenset[str] | None
     quota: TenantQuota | None
     expires_at: datetime | None = None
+    key_prefix: str | None = None  # the key's visible prefix (`sk-tsr-1a2b3c4d`); None for the static admin key
 
     def may_use(self, model: str) -> bool:
         return self.allowed_models is None or model in self.allowed_models
+
+    def actor(self, via: str) -> str:
+        """Who made a change, for the audit log: `via` (api, console) and the key's prefix."""
+        return f"{via}:{self.key_prefix or 'static admin key'}"
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,15 @@ class IssuedKey:
     key: str  # shown once
     key_id: str
     prefix: str
+
+
+def _quota_fields(quota: TenantQuota) -> dict[str, Any]:
+    return quota.model_dump(exclude={"tenant_id"})
+
+
+def _key_fields(row: ApiKey) -> dict[str, Any]:
+    """A key as the audit log keeps it: never its hash."""
+    return row.model_dump(include={"prefix", "tenant_id", "name", "is_admin", "allowed_models", "expires_at"})
 
 
 def _now() -> datetime:
@@ -103,6 +118,7 @@ class Directory:
         tokens_per_minute: int = 100_000,
         concurrency: int = 16,
         monthly_token_budget: int | None = None,
+        actor: str = SYSTEM,
     ) -> Tenant:
         if not name or len(name) > 128:
             raise InvalidRequest("a tenant name must be 1-128 characters", code="invalid_tenant_name")
@@ -111,14 +127,14 @@ class Directory:
                 raise Conflict(f"tenant '{name}' already exists", code="tenant_exists")
             tenant = Tenant(id=str(uuid.uuid4()), name=name)
             s.add(tenant)
-            s.add(
-                TenantQuota(
-                    tenant_id=tenant.id,
-                    tokens_per_minute=tokens_per_minute,
-                    concurrent_requests=concurrency,
-                    monthly_token_budget=monthly_token_budget,
-                )
+            quota = TenantQuota(
+                tenant_id=tenant.id,
+                tokens_per_minute=tokens_per_minute,
+                concurrent_requests=concurrency,
+                monthly_token_budget=monthly_token_budget,
             )
+            s.add(quota)
+            write_audit(s, actor, "tenant.create", tenant.id, None, {"name": name, **_quota_fields(quota)})
             s.commit()
             s.refresh(tenant)
             return tenant
@@ -138,13 +154,14 @@ class Directory:
         with Session(self._db, expire_on_commit=False) as s:
             return s.get(TenantQuota, tenant_id)
 
-    def set_status(self, tenant_id: str, status: str) -> Tenant:
+    def set_status(self, tenant_id: str, status: str, *, actor: str = SYSTEM) -> Tenant:
         if status not in ("active", "suspended"):
             raise InvalidRequest("status must be active or suspended", code="invalid_status")
         with Session(self._db, expire_on_commit=False) as s:
             tenant = s.get(Tenant, tenant_id)
             if tenant is None:
                 raise NotFound("tenant not found", code="tenant_not_found")
+            write_audit(s, actor, "tenant.status", tenant_id, {"status": tenant.status}, {"status": status})
             tenant.status = status
             s.add(tenant)
             s.commit()
@@ -152,7 +169,9 @@ class Directory:
         self.forget()
         return tenant
 
-    def set_quota(self, tenant_id: str, **fields: int | float | str | bool | None) -> TenantQuota:
+    def set_quota(
+        self, tenant_id: str, *, actor: str = SYSTEM, **fields: int | float | str | bool | None
+    ) -> TenantQuota:
         allowed = {
             "tokens_per_minute",
             "concurrent_requests",
@@ -181,10 +200,14 @@ class Directory:
             quota = s.get(TenantQuota, tenant_id)
             if quota is None:
                 raise NotFound("tenant not found", code="tenant_not_found")
+            earlier = _quota_fields(quota)
             for key, value in fields.items():
                 if isinstance(value, int) and not isinstance(value, bool) and value < 0:
                     raise InvalidRequest(f"{key} must not be negative", code="invalid_quota")
                 setattr(quota, key, value)
+            before, after = changed(earlier, _quota_fields(quota))
+            if after:  # a change that changes nothing leaves no row
+                write_audit(s, actor, "quota.update", tenant_id, before, after)
             s.add(quota)
             s.commit()
             s.refresh(quota)
@@ -201,6 +224,7 @@ class Directory:
         admin: bool = False,
         allowed_models: list[str] | None = None,
         expires_at: datetime | None = None,
+        actor: str = SYSTEM,
     ) -> IssuedKey:
         visible = f"{KEY_PREFIX}{secrets.token_hex(4)}"
         key = f"{visible}-{secrets.token_urlsafe(24)}"
@@ -218,6 +242,7 @@ class Directory:
             if tenant_id is not None and s.get(Tenant, tenant_id) is None:
                 raise NotFound("tenant not found", code="tenant_not_found")
             s.add(row)
+            write_audit(s, actor, "key.issue", row.id, None, _key_fields(row))
             s.commit()
         return IssuedKey(key, row.id, visible)
 
@@ -240,12 +265,14 @@ class Directory:
                 query = query.where(ApiKey.tenant_id == tenant_id)
             return list(s.exec(query))
 
-    def revoke_key(self, key_id: str, *, tenant_id: str | None = None) -> ApiKey:
+    def revoke_key(self, key_id: str, *, tenant_id: str | None = None, actor: str = SYSTEM) -> ApiKey:
         with Session(self._db, expire_on_commit=False) as s:
             row = s.get(ApiKey, key_id)
             if row is None or (tenant_id is not None and row.tenant_id != tenant_id):
                 raise NotFound("key not found", code="key_not_found")
-            row.revoked_at = row.revoked_at or _now()
+            if row.revoked_at is None:
+                row.revoked_at = _now()
+                write_audit(s, actor, "key.revoke", key_id, {"revoked_at": None}, {"revoked_at": row.revoked_at})
             s.add(row)
             s.commit()
             s.refresh(row)
@@ -311,7 +338,7 @@ class Directory:
         quota = s.get(TenantQuota, row.tenant_id) if row.tenant_id else None
         models = frozenset(m for m in (row.allowed_models or "").split(",") if m) or None
         name = tenant.name if tenant else None
-        return Principal(row.id, row.tenant_id, name, row.is_admin, models, quota, expires)
+        return Principal(row.id, row.tenant_id, name, row.is_admin, models, quota, expires, row.prefix)
 
     def forget(self, *, announce: bool = True) -> None:
         """Empty the resolved-key cache after a change, and tell the other gateways to empty theirs."""

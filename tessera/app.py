@@ -44,12 +44,14 @@ from api.routes.responses import (
 from api.routes.usage import usage_receipt, usage_summary
 from config.settings import Settings
 from console.admin import AdminConsoleController
+from console.audit import AuditConsoleController
 from console.auth import admin_principal, tenant_principal
 from console.batches import BatchesController
 from console.controllers import ConsoleController
 from console.errors import console_error
 from console.keys import KeysController
 from console.playground_tasks import PlaygroundTasksController
+from console.prices import AdminPricesController
 from console.requests import RequestsController
 from console.security import TrustedProxies, security_headers
 from console.sessions import session_middleware
@@ -91,6 +93,9 @@ def _version() -> str:
 
 
 StateFactory = Callable[[Settings], AbstractAsyncContextManager[AppState]]
+
+
+ADMIN_CONSOLE = "/console/admin"
 
 
 def create_app(
@@ -139,6 +144,15 @@ def create_app(
     async def admin_only(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
         await slot.get().auth.admin(connection)
 
+    async def console_admin_only(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+        # Every admin console page needs an admin sign-in, whatever its handler asks for; signing in and out do not.
+        path = connection.scope["path"].rstrip("/")
+        if not path.startswith(ADMIN_CONSOLE) or path in (ADMIN_CONSOLE + "/signin", ADMIN_CONSOLE + "/signout"):
+            return
+        state = slot.get()
+        sessions = ConsoleSessions(state.db, session_lifetime_s)
+        await admin_principal(connection, state.directory, state.auth, sessions)  # type: ignore[arg-type]
+
     api = Router(
         path="/",
         route_handlers=[
@@ -186,6 +200,7 @@ def create_app(
     admin_api = Router(
         path="/",
         route_handlers=[AdminController, PriceController, BillingAdminController],
+        dependencies={"principal": Provide(principal)},
         guards=[admin_only, refuse_nul_in_path],
         request_class=JsonRequest,
         security=SECURED,
@@ -202,7 +217,10 @@ def create_app(
             UsageController,
             RequestsController,
             AdminConsoleController,
+            AdminPricesController,
+            AuditConsoleController,
         ],
+        guards=[console_admin_only],
         include_in_schema=False,
     )
     secret = hashlib.sha256(b"tessera-console:" + console_secret(settings).encode()).digest()

@@ -4,7 +4,9 @@ the demo factory's `models build-demo`/`train-demo`/`calibrate-demo` (demo.cli).
 from __future__ import annotations
 
 import argparse
+import getpass
 import logging
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -121,9 +123,12 @@ def manage(args: argparse.Namespace) -> None:
     from serving.errors import TesseraError
 
     directory = _directory(Settings())
+    actor = f"cli:{getpass.getuser()}@{socket.gethostname()}"[:128]  # the audit log's who, for an operator's shell
     try:
         if args.command == "tenants" and args.tenants_command == "create":
-            tenant = directory.create_tenant(args.name, tokens_per_minute=args.tpm, concurrency=args.concurrency)
+            tenant = directory.create_tenant(
+                args.name, tokens_per_minute=args.tpm, concurrency=args.concurrency, actor=actor
+            )
             print(f"created tenant {tenant.name} ({tenant.id}): {args.tpm} tokens/min, {args.concurrency} concurrent")
         elif args.command == "tenants":
             for tenant, quota in directory.tenants():
@@ -132,7 +137,9 @@ def manage(args: argparse.Namespace) -> None:
         else:
             tenant = directory.tenant(args.tenant)
             models = [m for m in (args.models or "").split(",") if m] or None
-            issued = directory.issue_key(tenant.id, name=args.name, admin=args.admin, allowed_models=models)
+            issued = directory.issue_key(
+                tenant.id, name=args.name, admin=args.admin, allowed_models=models, actor=actor
+            )
             print(f"issued key {issued.prefix}… ({issued.key_id}) for tenant {tenant.name}; it is shown only once:")
             print(issued.key)
     except TesseraError as exc:

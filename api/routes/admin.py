@@ -8,12 +8,15 @@ from typing import Any, Literal
 
 from litestar import Controller, get, patch, post, put
 from litestar.di import NamedDependency
-from litestar.params import FromPath, JSONBody
+from litestar.params import FromPath, FromQuery, JSONBody
 from pydantic import BaseModel, Field, field_validator
+from sqlalchemy import Engine
 
 from api.openapi import errors
 from api.protocol import STORED_INT_MAX, StoredText
-from tenancy.directory import MAX_RETENTION_DAYS, Directory, key_summary, tenant_summary
+from serving.errors import InvalidRequest
+from storage.audit import audit_page, entry_summary
+from tenancy.directory import MAX_RETENTION_DAYS, Directory, Principal, key_summary, tenant_summary
 
 
 class TenantIn(BaseModel):
@@ -65,29 +68,41 @@ class AdminController(Controller):
         return {"object": "list", "data": [tenant_summary(t, q) for t, q in rows]}
 
     @post("/tenants", status_code=201, responses=errors(400, 401, 403, 409, 429))
-    async def create_tenant(self, data: JSONBody[TenantIn], directory: NamedDependency[Directory]) -> dict[str, Any]:
+    async def create_tenant(
+        self, data: JSONBody[TenantIn], directory: NamedDependency[Directory], principal: NamedDependency[Principal]
+    ) -> dict[str, Any]:
         tenant = await asyncio.to_thread(
             directory.create_tenant,
             data.name,
             tokens_per_minute=data.tokens_per_minute,
             concurrency=data.concurrent_requests,
             monthly_token_budget=data.monthly_token_budget,
+            actor=principal.actor("api"),
         )
-        quota = await asyncio.to_thread(directory.set_quota, tenant.id)
+        quota = await asyncio.to_thread(directory.quota, tenant.id)
         return tenant_summary(tenant, quota)
 
     @patch("/tenants/{tenant_id:str}", responses=errors(400, 401, 403, 404, 429))
     async def update_tenant(
-        self, tenant_id: FromPath[str], data: JSONBody[TenantPatch], directory: NamedDependency[Directory]
+        self,
+        tenant_id: FromPath[str],
+        data: JSONBody[TenantPatch],
+        directory: NamedDependency[Directory],
+        principal: NamedDependency[Principal],
     ) -> dict[str, Any]:
-        tenant = await asyncio.to_thread(directory.set_status, tenant_id, data.status)
+        tenant = await asyncio.to_thread(directory.set_status, tenant_id, data.status, actor=principal.actor("api"))
         return tenant_summary(tenant, None)
 
     @put("/tenants/{tenant_id:str}/quota", responses=errors(400, 401, 403, 404, 429))
     async def set_quota(
-        self, tenant_id: FromPath[str], data: JSONBody[QuotaIn], directory: NamedDependency[Directory]
+        self,
+        tenant_id: FromPath[str],
+        data: JSONBody[QuotaIn],
+        directory: NamedDependency[Directory],
+        principal: NamedDependency[Principal],
     ) -> dict[str, Any]:
-        quota = await asyncio.to_thread(directory.set_quota, tenant_id, **data.model_dump(exclude_none=True))
+        fields = data.model_dump(exclude_none=True)
+        quota = await asyncio.to_thread(directory.set_quota, tenant_id, actor=principal.actor("api"), **fields)
         return quota.model_dump()
 
     @get("/tenants/{tenant_id:str}/keys", responses=errors(400, 401, 403, 429))
@@ -97,7 +112,11 @@ class AdminController(Controller):
 
     @post("/tenants/{tenant_id:str}/keys", status_code=201, responses=errors(400, 401, 403, 404, 429))
     async def create_key(
-        self, tenant_id: FromPath[str], data: JSONBody[KeyIn], directory: NamedDependency[Directory]
+        self,
+        tenant_id: FromPath[str],
+        data: JSONBody[KeyIn],
+        directory: NamedDependency[Directory],
+        principal: NamedDependency[Principal],
     ) -> dict[str, Any]:
         issued = await asyncio.to_thread(
             directory.issue_key,
@@ -105,9 +124,31 @@ class AdminController(Controller):
             name=data.name,
             allowed_models=data.allowed_models,
             expires_at=data.expires_at,
+            actor=principal.actor("api"),
         )
         return {"id": issued.key_id, "prefix": issued.prefix, "key": issued.key}
 
     @post("/keys/{key_id:str}/revoke", status_code=200, responses=errors(400, 401, 403, 404, 429))
-    async def revoke_key(self, key_id: FromPath[str], directory: NamedDependency[Directory]) -> dict[str, Any]:
-        return key_summary(await asyncio.to_thread(directory.revoke_key, key_id))
+    async def revoke_key(
+        self, key_id: FromPath[str], directory: NamedDependency[Directory], principal: NamedDependency[Principal]
+    ) -> dict[str, Any]:
+        return key_summary(await asyncio.to_thread(directory.revoke_key, key_id, actor=principal.actor("api")))
+
+    @get("/audit", responses=errors(400, 401, 403, 429))
+    async def audit_log(
+        self,
+        db: NamedDependency[Engine],
+        actor: FromQuery[str | None] = None,
+        action: FromQuery[str | None] = None,
+        target: FromQuery[str | None] = None,
+        before: FromQuery[int | None] = None,
+        limit: FromQuery[int] = 50,
+    ) -> dict[str, Any]:
+        """Admin changes, newest first: filtered by actor, action (or its family, e.g. `quota`) and target; page with
+        `before` (the previous page's `next_cursor`)."""
+        if not 1 <= limit <= 500:
+            raise InvalidRequest("limit must lie in [1, 500]", param="limit")
+        found = await asyncio.to_thread(
+            audit_page, db, actor=actor, action=action, target=target, before=before, limit=limit
+        )
+        return {"object": "list", "data": [entry_summary(r) for r in found.rows], "next_cursor": found.next_cursor}

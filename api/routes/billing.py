@@ -20,6 +20,7 @@ from billing.webhooks import receive
 from config.settings import Settings
 from serving.errors import InvalidRequest
 from serving.pools import PoolRegistry
+from tenancy.directory import Principal
 
 
 class PriceIn(BaseModel):
@@ -45,7 +46,7 @@ class PriceController(Controller):
     async def list_prices(
         self, prices: NamedDependency[PriceBook], pools: NamedDependency[PoolRegistry]
     ) -> dict[str, Any]:
-        table = await asyncio.to_thread(prices.all, [p.name for p in pools.pools])
+        table = await asyncio.to_thread(prices.all, pools.names())
         return {"object": "list", "dimensions": list(DIMENSIONS), "data": table}
 
     @put("/{model:str}/{dimension:str}", responses=errors(400, 401, 403, 429))
@@ -55,9 +56,10 @@ class PriceController(Controller):
         dimension: Dimension,
         data: JSONBody[PriceIn],
         prices: NamedDependency[PriceBook],
+        principal: NamedDependency[Principal],
     ) -> dict[str, Any]:
         try:
-            await asyncio.to_thread(prices.set, model, dimension, data.micros_per_million)
+            await asyncio.to_thread(prices.set, model, dimension, data.micros_per_million, actor=principal.actor("api"))
         except ValueError as exc:
             raise InvalidRequest(str(exc), param="micros_per_million") from None
         return {"model": model, "dimension": dimension, "micros_per_million": data.micros_per_million}
