@@ -60,6 +60,12 @@ class GroundingService:
             "tessera_grounding_skipped", "Requests left unscored because the scorer was busy.", registry=registry
         )
         self.failed = Counter("tessera_grounding_failed", "Grounding scores that failed.", registry=registry)
+        self.verdicts = Counter(
+            "tessera_grounding_verdicts",
+            "Scored answers by model, modality mix and whether they reached their tenant's threshold.",
+            ["model", "modalities", "result"],
+            registry=registry,
+        )
         self.seconds = Histogram(
             "tessera_grounding_seconds",
             "Time to transcribe and score one answer.",
@@ -196,6 +202,8 @@ class GroundingService:
                 )
                 if stored:
                     self.scored.inc()
+                    mix = "+".join(m for m in ("text", "image", "audio") if m in record.modalities)
+                    self.verdicts.labels(record.model, mix, "passed" if verdict.passed else "failed").inc()
         except Exception:
             self.failed.inc()
             logger.exception("grounding score of request %s failed", record.request_id)

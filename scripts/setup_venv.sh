@@ -30,6 +30,13 @@ if ! command -v espeak-ng >/dev/null 2>&1; then
     "${SUDO[@]}" apt-get install -y -q espeak-ng >/dev/null 2>&1 \
         || { "${SUDO[@]}" apt-get update -q >/dev/null && "${SUDO[@]}" apt-get install -y -q espeak-ng >/dev/null; }
 fi
+# The monitoring tests check deploy/prometheus's rules with promtool and evaluate them in a real Prometheus.
+if ! command -v promtool >/dev/null 2>&1; then
+    echo "setup: installing Debian's prometheus (promtool) for the monitoring tests"
+    SUDO=(); [[ $(id -u) -eq 0 ]] || SUDO=(sudo)
+    "${SUDO[@]}" apt-get install -y -q --no-install-recommends prometheus >/dev/null 2>&1 \
+        || { "${SUDO[@]}" apt-get update -q >/dev/null && "${SUDO[@]}" apt-get install -y -q --no-install-recommends prometheus >/dev/null; }
+fi
 if [[ ! -x $VENV/bin/python ]]; then
     echo "setup: creating $VENV with $($PYTHON --version)"
     "$PYTHON" -m venv "$VENV"

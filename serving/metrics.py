@@ -195,29 +195,45 @@ class ServerMetrics:
         self.live = LiveWindow()
         self.ttft = Histogram(
             "tessera_time_to_first_token_seconds",
-            "Time to first token.",
-            ["model"],
+            "Time to first token, by model and the request's modality mix.",
+            ["model", "modalities"],
             buckets=_LATENCY_BUCKETS,
             registry=self.registry,
         )
         self.itl = Histogram(
             "tessera_inter_token_latency_seconds",
-            "Time between streamed tokens.",
-            ["model"],
+            "Time between streamed tokens, by model and modality mix.",
+            ["model", "modalities"],
             buckets=_ITL_BUCKETS,
             registry=self.registry,
         )
         self.e2e = Histogram(
             "tessera_e2e_request_latency_seconds",
-            "Request latency, end to end.",
-            ["model"],
+            "Request latency, end to end, by model and modality mix.",
+            ["model", "modalities"],
             buckets=_LATENCY_BUCKETS,
             registry=self.registry,
         )
         self.pre_engine = Histogram(
             "tessera_pre_engine_seconds",
             "Time from receipt to engine submission: parse, media, admission, encoders.",
-            ["model"],
+            ["model", "modalities"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.admission_wait = Histogram(
+            "tessera_admission_wait_seconds",
+            "Time a request waited for its pool's admission (KV blocks, or a slot of an embedding or transcription "
+            "pool), by priority class.",
+            ["model", "priority"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.encode_seconds = Histogram(
+            "tessera_encode_seconds",
+            "Time to encode a request's media of one kind (after decoding), by medium and whether the embedding "
+            "cache answered for any of them (hit) or none (miss).",
+            ["model", "medium", "cache"],
             buckets=_LATENCY_BUCKETS,
             registry=self.registry,
         )
@@ -273,15 +289,16 @@ class ServerMetrics:
             if usage.text:
                 self.prompt_tokens.labels(model, "text").inc(usage.text)
             return
+        mix = modality_mix(record.modalities)
         if record.ttft_s is not None:
-            self.ttft.labels(model).observe(record.ttft_s)
-        itl = self.itl.labels(model)
+            self.ttft.labels(model, mix).observe(record.ttft_s)
+        itl = self.itl.labels(model, mix)
         for gap, tokens in record.token_gaps:
             for _ in range(tokens):
                 itl.observe(gap / tokens)
-        self.e2e.labels(model).observe(record.total_s)
+        self.e2e.labels(model, mix).observe(record.total_s)
         self.live.finished(model, record.ttft_s)
-        self.requests.labels(model, modality_mix(record.modalities), record.status).inc()
+        self.requests.labels(model, mix, record.status).inc()
         usage = record.usage
         for modality, count in (("text", usage.text), ("image", usage.image), ("audio", usage.audio)):
             if count:

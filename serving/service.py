@@ -27,7 +27,7 @@ from serving.engines.base import EngineRequest, GenerationParams
 from serving.errors import InvalidRequest
 from serving.gate import Body, GatedAnswer, GroundingGate, VerdictSource, gated_answer, stream_verdict
 from serving.ingest import MessageLike, MessagePlan, ProbedMedia
-from serving.metrics import ServerMetrics
+from serving.metrics import ServerMetrics, modality_mix
 from serving.pipeline import Pipeline, RenderedPrompt, require_healthy
 from serving.policy import CallerPolicy
 from serving.pools import ModelPool
@@ -126,7 +126,8 @@ class InferenceService:
         except BaseException as exc:
             self._metrics.refused.labels(getattr(exc, "code", type(exc).__name__)).inc()
             raise
-        self._metrics.pre_engine.labels(submission.pool.name).observe(submission.submitted - started)
+        mix = modality_mix(submission.modalities)
+        self._metrics.pre_engine.labels(submission.pool.name, mix).observe(submission.submitted - started)
         return completion
 
     async def _route(
@@ -172,8 +173,10 @@ class InferenceService:
 
         settlement = Settlement(await caller.reserve(pool.name, worst), self._tasks)
         releases.callback(settlement)
+        waited = time.monotonic()
         ticket = await pool.admission.acquire(needed, request.priority)
         releases.callback(pool.admission.release, ticket)
+        self._metrics.admission_wait.labels(pool.name, request.priority).observe(time.monotonic() - waited)
 
         encoded = await self._encoder.encode(
             pool,
@@ -183,6 +186,9 @@ class InferenceService:
             allow_degraded=request.allow_degraded,
             scope=pipeline.cache_scope(caller.cache_salt),
         )
+        for medium, seconds in encoded.encode_seconds.items():
+            cache = "hit" if encoded.cached_tokens.get(medium) else "miss"
+            self._metrics.encode_seconds.labels(pool.name, medium, cache).observe(seconds)
         if encoded.degraded:
             prompt = await pipeline.render(pool, encoded.plan, request.rendered_tools())
         cache_salt = pipeline.cache_salt(

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from serving.background import BackgroundTasks
 from serving.completion import Settlement
 from serving.errors import EngineUnavailable, NotFound, Unavailable
+from serving.metrics import ServerMetrics
 from serving.policy import CallerPolicy
 from serving.pools import PoolRegistry, TaskPool
 from serving.record import CompletionBus, CompletionRecord, OpenedRequest, TokenUsage
@@ -62,10 +63,13 @@ class TaskLease:
 
 
 class TaskService:
-    def __init__(self, pools: PoolRegistry, bus: CompletionBus, tasks: BackgroundTasks) -> None:
+    def __init__(
+        self, pools: PoolRegistry, bus: CompletionBus, tasks: BackgroundTasks, metrics: ServerMetrics | None = None
+    ) -> None:
         self.pools = pools
         self._bus = bus
         self._tasks = tasks
+        self._metrics = metrics
 
     def pool(self, model: str, kind: str) -> TaskPool:
         """The pool of `kind` that `model` names; a 400 naming `model` for a pool of another kind, else a 404."""
@@ -105,8 +109,11 @@ class TaskService:
             if admit:
                 if not pool.engine.is_healthy():
                     raise EngineUnavailable(f"the engine of model '{pool.name}' is not running", retry_after_s=5.0)
+                waited = time.monotonic()
                 ticket = await pool.admission.acquire(1, identity.priority)
                 releases.callback(pool.admission.release, ticket)
+                if self._metrics is not None:
+                    self._metrics.admission_wait.labels(pool.name, identity.priority).observe(time.monotonic() - waited)
             await self._bus.open(
                 OpenedRequest(
                     request_id=request_id,

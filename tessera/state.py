@@ -213,7 +213,7 @@ async def build_state(settings: Settings, checkpoints: CheckpointResolver | None
             turn_s=settings.batch_turn_s,
         )
         transcripts = TranscriptStore(db, settings.transcription_cache_days)
-        task_service = TaskService(pools, bus, tasks)
+        task_service = TaskService(pools, bus, tasks, metrics)
         transcriber = Transcriber(
             task_service,
             quotas,

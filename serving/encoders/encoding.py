@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -40,6 +41,7 @@ class EncodedMedia:
     cached_tokens: dict[str, int] = field(default_factory=lambda: {"image": 0, "audio": 0})
     degraded: list[str] = field(default_factory=list)
     scope: CacheScope = field(default_factory=CacheScope)  # whose embedding-cache entries it reads and writes
+    encode_seconds: dict[str, float] = field(default_factory=dict)  # per medium, its encoding (decoding not counted)
 
     @property
     def content_hashes(self) -> set[str]:
@@ -71,9 +73,13 @@ class MediaEncoder:
         )
         try:
             if out.images and pool.vision is not None:
+                started = time.monotonic()
                 out.image_embeds, out.cached_tokens["image"] = await self._encode_images(pool, out.images, out.scope)
+                out.encode_seconds["image"] = time.monotonic() - started
             if out.audios and pool.audio is not None:
+                started = time.monotonic()
                 out.audio_features, out.cached_tokens["audio"] = await self._encode_audio(pool, out.audios, out.scope)
+                out.encode_seconds["audio"] = time.monotonic() - started
         except EncoderFailure as exc:
             if not allow_degraded:
                 raise

@@ -56,6 +56,7 @@ OPERATIONS = [
     "GET /admin/prices",
     "PUT /admin/prices/{model}/{dimension}",
     "GET /admin/billing/dead-letters",
+    "GET /admin/audit",
     "POST /v1/billing/webhooks/stripe",
     "GET /health",
     "GET /metrics",
