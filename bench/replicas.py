@@ -99,6 +99,7 @@ class Replica:
     log_path: Path
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     runner: str = "generate"  # or `pooling`: an embedding pool's replica
+    otlp_endpoint: str | None = None  # where the replica sends its `llm_request` spans (`--otlp-traces-endpoint`)
 
     @property
     def url(self) -> str:
@@ -106,11 +107,15 @@ class Replica:
 
     def start(self) -> None:
         env = {**os.environ, **REPLICA_ENV}
+        command = (pooling_replica_command if self.runner == "pooling" else replica_command)(
+            self.checkpoint, self.name, self.port
+        )
+        if self.otlp_endpoint:
+            command += ["--otlp-traces-endpoint", self.otlp_endpoint]
+            env |= {"OTEL_SERVICE_NAME": f"vllm-{self.name}", "OTEL_EXPORTER_OTLP_TRACES_INSECURE": "true"}
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(  # noqa: S603 (our own vllm binary and arguments)
-                (pooling_replica_command if self.runner == "pooling" else replica_command)(
-                    self.checkpoint, self.name, self.port
-                ),
+                command,
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -189,11 +194,18 @@ class Replica:
 
 @contextmanager
 def running_replicas(
-    checkpoint: Path, name: str, count: int, log_dir: Path, *, runner: str = "generate"
+    checkpoint: Path,
+    name: str,
+    count: int,
+    log_dir: Path,
+    *,
+    runner: str = "generate",
+    otlp_endpoint: str | None = None,
 ) -> Iterator[Sequence[Replica]]:
     """`count` replicas of `checkpoint` serving model `name`, started together and stopped on exit."""
     replicas = [
-        Replica(checkpoint, name, free_port(), log_dir / f"{name}-replica-{i}.log", runner=runner) for i in range(count)
+        Replica(checkpoint, name, free_port(), log_dir / f"{name}-replica-{i}.log", runner, otlp_endpoint)
+        for i in range(count)
     ]
     try:
         for r in replicas:

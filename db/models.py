@@ -104,6 +104,7 @@ class InferenceRequest(SQLModel, table=True):
     endpoint: str = Field(default="chat", max_length=16)  # chat | embeddings | transcriptions | translations
     audio_ms: int = 0  # a transcription's audio, billed per second
     cached_audio_ms: int = 0  # of it, what the tenant's results cache answered (billed at the cached rate)
+    trace_id: str | None = Field(default=None, max_length=32)  # its OpenTelemetry trace, when traces are on
 
 
 class TranscriptionCacheEntry(SQLModel, table=True):

@@ -52,6 +52,7 @@ class Submission:
     # client's order: what a stored response keeps so that a later turn never fetches them again.
     media: tuple[tuple[str, bytes], ...] = ()
     ticket: Ticket | None = None  # the pool's KV-admission ticket, told when the first token comes
+    span: Any = None  # the engine span (serving.tracing), ended with the lease
 
 
 class Settlement:
@@ -195,6 +196,17 @@ class Completion:
         if not self.finished:
             self._tasks.spawn(self.submission.pool.engine.abort(self.request_id))
         record = self.record()
+        if self.submission.span is not None:
+            usage = record.usage
+            self.submission.span.set_attributes(
+                {
+                    "tessera.status": record.status,
+                    "gen_ai.usage.input_tokens": usage.prompt,
+                    "gen_ai.usage.output_tokens": usage.completion,
+                    "tessera.cached_tokens": usage.cached,
+                }
+            )
+            self.submission.span.end()
         if self._settlement is not None:
             self._settlement.used = record.usage
         try:
@@ -232,6 +244,8 @@ class Completion:
         if delta.token_ids:
             if self.first_token_at is None:
                 self.first_token_at = now
+                if self.submission.span is not None:
+                    self.submission.span.add_event("first_token")
                 if self.submission.ticket is not None:
                     self.submission.pool.admission.answering(self.submission.ticket)
             elif self._last_token_at is not None:

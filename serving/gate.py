@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 
 from serving.completion import Completion
 from serving.policy import CallerIdentity, CallerPolicy
+from serving.tracing import step
 
 if TYPE_CHECKING:
     from serving.service import GenerationRequest, InferenceService
@@ -81,7 +82,8 @@ async def gated_answer(
     if gate is None or not gate.waits(identity, completion):
         return GatedAnswer(await render(completion), completion)
     body = await render(completion)
-    verdict = await gate.verdict(completion.request_id)
+    with step("tessera.guardrail", **{"tessera.policy": identity.grounding_policy}):
+        verdict = await gate.verdict(completion.request_id)
     action = gate.action(identity, verdict, streamed=False, attempt=0)
     regenerated = False
     if action == "regenerate":
@@ -105,7 +107,8 @@ def stream_verdict(gate: GroundingGate | None, caller: CallerPolicy, completion:
         return None
 
     async def verdict() -> dict[str, Any] | None:
-        found = await gate.verdict(completion.request_id)
+        with step("tessera.guardrail", **{"tessera.policy": caller.identity.grounding_policy}):
+            found = await gate.verdict(completion.request_id)
         return found.wire() if found is not None else None
 
     return verdict

@@ -87,6 +87,7 @@ class OpenedRequest:
     fingerprint: str | None = None
     endpoint: str = "chat"  # chat | embeddings | transcriptions | translations
     audio_ms: int = 0  # a transcription's audio, billed per second (also if it is cut short)
+    trace_id: str | None = None  # the request's trace (serving.tracing), when traces are on
 
 
 class Journal(Protocol):

@@ -33,6 +33,7 @@ from serving.policy import CallerPolicy
 from serving.pools import ModelPool
 from serving.record import CompletionBus, OpenedRequest, TokenUsage
 from serving.tools import AUTO, ToolPlan
+from serving.tracing import headers_for, step, trace_id_of, tracer
 
 logger = logging.getLogger(__name__)
 
@@ -140,7 +141,8 @@ class InferenceService:
         if named is not None:
             caller.check_model(named[0].name)
         await caller.precheck()
-        probed = await pipeline.probe(plan)
+        with step("tessera.media.fetch", **{"tessera.media_items": len(plan.media)}):
+            probed = await pipeline.probe(plan)
         tools = request.rendered_tools()
         prompt = await pipeline.render(named[0] if named else pipeline.first_pool(), plan, tools)
         if named is not None:
@@ -158,7 +160,9 @@ class InferenceService:
     ) -> tuple[Submission, Settlement]:
         pipeline = self.pipeline
         plan = pipeline.plan(request.messages)
-        probed, pool, reason, prompt = await self._route(request, caller, plan)
+        with step("tessera.route", **{"tessera.model_requested": request.model}) as routed:
+            probed, pool, reason, prompt = await self._route(request, caller, plan)
+            routed.set_attributes({"tessera.model": pool.name, "tessera.route_reason": reason})
         params = _engine_params(request, pool)
         parts = pipeline.estimate_parts(prompt, probed, pool)
         estimate = sum(parts.values())
@@ -171,21 +175,24 @@ class InferenceService:
             audio=parts["audio"],
         )
 
-        settlement = Settlement(await caller.reserve(pool.name, worst), self._tasks)
+        with step("tessera.quota.reserve", **{"tessera.tokens": worst.total}):
+            settlement = Settlement(await caller.reserve(pool.name, worst), self._tasks)
         releases.callback(settlement)
         waited = time.monotonic()
-        ticket = await pool.admission.acquire(needed, request.priority)
+        with step("tessera.admission.wait", **{"tessera.tokens": needed, "tessera.priority": request.priority}):
+            ticket = await pool.admission.acquire(needed, request.priority)
         releases.callback(pool.admission.release, ticket)
         self._metrics.admission_wait.labels(pool.name, request.priority).observe(time.monotonic() - waited)
 
-        encoded = await self._encoder.encode(
-            pool,
-            plan,
-            probed,
-            request_id=request_id,
-            allow_degraded=request.allow_degraded,
-            scope=pipeline.cache_scope(caller.cache_salt),
-        )
+        with step("tessera.media", **{"tessera.media_items": len(probed)}):
+            encoded = await self._encoder.encode(
+                pool,
+                plan,
+                probed,
+                request_id=request_id,
+                allow_degraded=request.allow_degraded,
+                scope=pipeline.cache_scope(caller.cache_salt),
+            )
         for medium, seconds in encoded.encode_seconds.items():
             cache = "hit" if encoded.cached_tokens.get(medium) else "miss"
             self._metrics.encode_seconds.labels(pool.name, medium, cache).observe(seconds)
@@ -206,18 +213,25 @@ class InferenceService:
             **engine_media(encoded, pool),
         )
         parts = pipeline.estimate_parts(prompt, probed, pool)
-        await self._bus.open(
-            OpenedRequest(
-                request_id=request_id,
-                model=pool.name,
-                modalities=frozenset(encoded.plan.modalities),
-                caller=caller.identity,
-                text_tokens=parts["text"],
-                image_tokens=parts["image"],
-                audio_tokens=parts["audio"],
-                fingerprint=_fingerprint(encoded.plan.last_user_text(), encoded),
+        with step("tessera.usage.open"):
+            await self._bus.open(
+                OpenedRequest(
+                    request_id=request_id,
+                    model=pool.name,
+                    modalities=frozenset(encoded.plan.modalities),
+                    caller=caller.identity,
+                    text_tokens=parts["text"],
+                    image_tokens=parts["image"],
+                    audio_tokens=parts["audio"],
+                    fingerprint=_fingerprint(encoded.plan.last_user_text(), encoded),
+                    trace_id=trace_id_of(),
+                )
             )
+        # The engine span lasts until the completion ends; a remote replica continues it (`traceparent`).
+        engine_span = tracer.start_span(
+            "tessera.engine", attributes={"tessera.model": pool.name, "tessera.request_id": request_id}
         )
+        engine_request = replace(engine_request, trace_headers=headers_for(engine_span))
         submission = Submission(
             request_id=request_id,
             created=int(time.time()),
@@ -237,6 +251,7 @@ class InferenceService:
             question=encoded.plan.last_user_text(),
             media=tuple((m.item.param, m.raw) for m in probed),
             ticket=ticket,
+            span=engine_span,
         )
         return submission, settlement
 

@@ -24,6 +24,7 @@ from serving.metrics import ServerMetrics
 from serving.policy import CallerPolicy
 from serving.pools import PoolRegistry, TaskPool
 from serving.record import CompletionBus, CompletionRecord, OpenedRequest, TokenUsage
+from serving.tracing import trace_id_of
 
 logger = logging.getLogger(__name__)
 
@@ -126,6 +127,7 @@ class TaskService:
                     fingerprint=fingerprint,
                     endpoint=endpoint,
                     audio_ms=worst.audio_ms,
+                    trace_id=trace_id_of(),
                 )
             )
             lease = TaskLease(request_id, pool, endpoint)

@@ -91,6 +91,7 @@ def _receipt(row: InferenceRequest) -> dict[str, Any]:
         "cost_micros": row.cost_micros,
         "priority": row.priority,  # batch: billed at the model's batch share of the prices
         "endpoint": row.endpoint,  # chat | embeddings | transcriptions | translations
+        "trace_id": row.trace_id,  # the request's OpenTelemetry trace, when the server exports traces
         "audio_seconds": row.audio_ms / 1000,  # a transcription's audio, billed per second
         "cached": row.cached_audio_ms > 0 and row.cached_audio_ms >= row.audio_ms,  # from the results cache
         "grounding_score": row.grounding_score,

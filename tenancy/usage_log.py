@@ -44,6 +44,7 @@ from db.models import (
 )
 from serving.errors import Unavailable
 from serving.record import CompletionRecord, OpenedRequest
+from serving.tracing import step
 
 logger = logging.getLogger(__name__)
 
@@ -179,6 +180,7 @@ class UsageJournal:
             priority=opened.caller.priority,
             endpoint=opened.endpoint,
             audio_ms=opened.audio_ms,
+            trace_id=opened.trace_id,
         )
         with Session(self._db) as s:
             if opened.caller.request_id is not None:  # a batch line run again: its earlier run's row is taken over
@@ -200,7 +202,8 @@ class UsageJournal:
             return
         for delay in (*self._retry_delays, None):
             try:
-                await asyncio.to_thread(self._close, record)
+                with step("tessera.usage.write", **{"tessera.request_id": record.request_id}):
+                    await asyncio.to_thread(self._close, record)
                 self._unsettled.pop(record.request_id, None)
                 return
             except Exception as exc:

@@ -42,6 +42,7 @@ from api.routes.responses import (
     retrieve_response,
 )
 from api.routes.usage import usage_receipt, usage_summary
+from api.tracing import trace_requests
 from config.settings import Settings
 from console.admin import AdminConsoleController
 from console.audit import AuditConsoleController
@@ -250,7 +251,7 @@ def create_app(
             console,
             create_static_files_router(path="/static", directories=[ROOT / "static"]),
         ],
-        middleware=[sessions],
+        middleware=[trace_requests, sessions],
         # Secure cookies and HSTS follow the request's transport; pages get the content security policy.
         before_send=[security_headers(proxies, always_secure_cookies=settings.console_secure_cookies)],
         csrf_config=csrf,

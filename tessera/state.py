@@ -45,6 +45,7 @@ from serving.pools import PoolRegistry
 from serving.record import CompletionBus
 from serving.service import InferenceService
 from serving.task_lease import TaskService
+from serving.tracing import Tracing
 from storage.batches import BatchStore
 from storage.blobs import BlobStore
 from storage.files import FileStore
@@ -85,6 +86,13 @@ class AppState:
     batches: BatchStore | None = None
     task_service: TaskService | None = None
     transcriber: Transcriber | None = None
+
+
+def _start_tracing(stack: contextlib.ExitStack | contextlib.AsyncExitStack) -> None:
+    """Traces on when an OTLP endpoint is configured; registered early, so it shuts down (and flushes) last."""
+    tracing = Tracing.from_env()
+    if tracing is not None:
+        stack.callback(tracing.shutdown)
 
 
 async def _stopped(task: asyncio.Task[None]) -> None:
@@ -147,6 +155,7 @@ async def build_state(settings: Settings, checkpoints: CheckpointResolver | None
             feed = ChangeFeed(settings.redis_url, directory)
             await feed.start()
             stack.push_async_callback(feed.close)
+        _start_tracing(stack)
         pools = await start_pools(settings, stack, checkpoints)
         ingest = _media_ingest(settings, await stack.enter_async_context(_fetch_client(settings)))
         stack.callback(ingest.close)

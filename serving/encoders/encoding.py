@@ -23,6 +23,7 @@ from serving.ingest import MediaIngest, MessagePlan, ProbedMedia
 from serving.media.audio import LoadedAudio
 from serving.media.images import LoadedImage
 from serving.pools import ModelPool
+from serving.tracing import step
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +65,8 @@ class MediaEncoder:
         allow_degraded: bool,
         scope: CacheScope | None = None,
     ) -> EncodedMedia:
-        loaded = await self._ingest.decode(probed)
+        with step("tessera.media.decode", **{"tessera.media_items": len(probed)}):
+            loaded = await self._ingest.decode(probed)
         out = EncodedMedia(
             plan,
             [m for m in loaded if isinstance(m, LoadedImage)],
@@ -74,11 +76,23 @@ class MediaEncoder:
         try:
             if out.images and pool.vision is not None:
                 started = time.monotonic()
-                out.image_embeds, out.cached_tokens["image"] = await self._encode_images(pool, out.images, out.scope)
+                with step(
+                    "tessera.media.encode", **{"tessera.medium": "image", "tessera.items": len(out.images)}
+                ) as sp:
+                    out.image_embeds, out.cached_tokens["image"] = await self._encode_images(
+                        pool, out.images, out.scope
+                    )
+                    sp.set_attribute("tessera.cache_hit", out.cached_tokens["image"] > 0)
                 out.encode_seconds["image"] = time.monotonic() - started
             if out.audios and pool.audio is not None:
                 started = time.monotonic()
-                out.audio_features, out.cached_tokens["audio"] = await self._encode_audio(pool, out.audios, out.scope)
+                with step(
+                    "tessera.media.encode", **{"tessera.medium": "audio", "tessera.items": len(out.audios)}
+                ) as sp:
+                    out.audio_features, out.cached_tokens["audio"] = await self._encode_audio(
+                        pool, out.audios, out.scope
+                    )
+                    sp.set_attribute("tessera.cache_hit", out.cached_tokens["audio"] > 0)
                 out.encode_seconds["audio"] = time.monotonic() - started
         except EncoderFailure as exc:
             if not allow_degraded:

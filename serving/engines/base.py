@@ -89,6 +89,7 @@ class EngineRequest:
     # Nothing of the answer reaches the client before it is whole: a remote engine may then restart it on another
     # replica after a replica fault, even mid-answer, and yields a replica's deltas only once it has finished.
     restartable: bool = False
+    trace_headers: dict[str, str] = field(default_factory=dict)  # `traceparent` of the engine span, for a replica
 
 
 @dataclass(frozen=True)

@@ -267,7 +267,8 @@ class RemoteEngine:
         request) raise `ReplicaFailed`."""
         state = StreamState(self.name, request.params.logprobs is not None, request.restartable)
         try:
-            async with self._client.stream("POST", replica.url + GENERATE_PATH, json=body) as resp:
+            post = self._client.stream("POST", replica.url + GENERATE_PATH, json=body, headers=request.trace_headers)
+            async with post as resp:
                 if resp.status_code >= 500:
                     message = f"HTTP {resp.status_code}: {error_message(await resp.aread())}"
                     if resp.status_code in (502, 503, 504) or engine_gone(message):

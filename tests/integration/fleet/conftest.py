@@ -14,6 +14,7 @@ import pytest
 from bench.replicas import Replica, running_replicas
 from tests.conftest import ADMIN_KEY, API_KEY, MODELS_DIR, LiveServer, free_port, run_server
 from tests.dbs import migrated
+from tests.otlp import OtlpReceiver
 
 REDIS_URL = "redis://127.0.0.1:6379/5"
 KEY_SECRET = "fleet-test-secret"
@@ -40,7 +41,17 @@ def embedding_replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seq
 
 
 @pytest.fixture(scope="package")
-def replicas(tmp_path_factory: pytest.TempPathFactory, embedding_replicas) -> Iterator[Sequence[Replica]]:
+def otlp_receiver() -> Iterator[OtlpReceiver]:
+    """Where the fleet's gateways and chat replicas send their spans (gRPC), for the trace test."""
+    receiver = OtlpReceiver().start()
+    yield receiver
+    receiver.stop()
+
+
+@pytest.fixture(scope="package")
+def replicas(
+    tmp_path_factory: pytest.TempPathFactory, embedding_replicas, otlp_receiver
+) -> Iterator[Sequence[Replica]]:
     """Two replicas of their own; TESSERA_TEST_REPLICAS="URL,URL" reuses running ones while developing (the
     failover test then skips: it must kill and restart its replica)."""
     logs = tmp_path_factory.mktemp("replicas")
@@ -50,7 +61,8 @@ def replicas(tmp_path_factory: pytest.TempPathFactory, embedding_replicas) -> It
             replica.wait_ready()
         yield [Replica(MODELS_DIR / "small", "small", port, logs / f"{port}.log") for port in ports]
         return
-    with running_replicas(MODELS_DIR / "small", "small", 2, logs) as started:
+    otlp = f"http://127.0.0.1:{otlp_receiver.grpc_port}"
+    with running_replicas(MODELS_DIR / "small", "small", 2, logs, otlp_endpoint=otlp) as started:
         for replica in embedding_replicas:
             replica.wait_ready()
         yield started
@@ -73,6 +85,7 @@ def _gateway_env(
     *,
     flush: bool = True,
     embedding: Sequence[Replica] = (),
+    otlp_port: int | None = None,
 ) -> dict[str, str]:
     import redis
 
@@ -91,6 +104,16 @@ def _gateway_env(
         "TESSERA_EMBEDDING_CACHE_DIR": str(shared / "embeddings"),
         "TESSERA_FILES_DIR": str(shared / "files"),
         "TESSERA_GROUNDING": "false",
+        **(
+            {
+                "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{otlp_port}",
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+                "OTEL_EXPORTER_OTLP_INSECURE": "true",
+                "OTEL_BSP_SCHEDULE_DELAY": "200",  # ms between batches: the trace test waits for them
+            }
+            if otlp_port
+            else {}
+        ),
         "TESSERA_POOLS": json.dumps(
             [
                 {"name": "small", "aliases": ["8b"], "replicas": [r.url for r in replicas]},
@@ -110,10 +133,14 @@ def shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="package")
-def gateway(replicas, embedding_replicas, fleet_db, shared_dir, tmp_path_factory) -> Iterator[LiveServer]:
-    """The first gateway; it also serves an embedding pool on the two pooling replicas."""
+def gateway(
+    replicas, embedding_replicas, otlp_receiver, fleet_db, shared_dir, tmp_path_factory
+) -> Iterator[LiveServer]:
+    """The first gateway; it also serves an embedding pool on the two pooling replicas, and exports traces."""
     data = tmp_path_factory.mktemp("gateway-a")
-    env = _gateway_env(replicas, fleet_db, data, shared_dir, embedding=embedding_replicas)
+    env = _gateway_env(
+        replicas, fleet_db, data, shared_dir, embedding=embedding_replicas, otlp_port=otlp_receiver.grpc_port
+    )
     yield from run_server(env, data / "server.log")
 
 
