@@ -39,6 +39,7 @@ bench-smoke: setup
 	$(VENV)/bin/tessera bench structured --smoke --json artifacts/bench-smoke/structured.json
 	$(VENV)/bin/tessera bench batch --smoke --json artifacts/bench-smoke/batch.json
 	$(VENV)/bin/tessera bench fleet --smoke --json artifacts/bench-smoke/fleet.json
+	$(VENV)/bin/tessera bench load --smoke --json artifacts/bench-smoke/load.json
 
 # The full benches (about 3, 2, 1, 1, 9 and 6 minutes on 2 cores; fleet starts two vLLM replicas of its own).
 bench: setup
@@ -48,6 +49,7 @@ bench: setup
 	$(VENV)/bin/tessera bench structured --json artifacts/bench_structured.json
 	$(VENV)/bin/tessera bench batch --json artifacts/bench_batch.json
 	$(VENV)/bin/tessera bench fleet --json artifacts/bench_fleet.json --plot artifacts/bench_fleet.png
+	$(VENV)/bin/tessera bench load --json artifacts/bench_load.json --plot artifacts/bench_load.png
 
 clean:
 	rm -rf $(VENV) .tessera .pytest_cache .mypy_cache .ruff_cache

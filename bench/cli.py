@@ -10,7 +10,7 @@ SMOKE_HELP = "Tiny counts that still run every step, live server included (a min
 
 
 def add_bench_parser(subparsers: Any) -> None:
-    """Adds `bench pipeline|latency|tenancy|structured|fleet|batch`, each with `--json PATH` (required) and
+    """Adds `bench pipeline|latency|tenancy|structured|fleet|batch|load`, each with `--json PATH` (required) and
     `--smoke`."""
     bench = subparsers.add_parser("bench", help="Benchmarks (each writes JSON; --smoke for a quick check).")
     kinds = bench.add_subparsers(dest="bench_command", required=True)
@@ -33,7 +33,12 @@ def add_bench_parser(subparsers: Any) -> None:
     batch.add_argument("--rate", type=float, help="Interactive req/s (default: half the goodput the bench measures).")
     batch.add_argument("--lines", type=int, help="Lines in the batch (default 500; smoke 40).")
     batch.add_argument("--batch-concurrency", type=int, help="The server's TESSERA_BATCH_CONCURRENCY (default 8).")
-    for p in (pipe, latency, tenancy, structured, fleet, batch):
+    load = kinds.add_parser(
+        "load", help="Goodput ladder (TTFT p99 <= 250 ms, no errors) of bare vllm serve and Tessera, side by side."
+    )
+    load.add_argument("--rates", help="Comma-separated ladder of req/s (default 4,8,16,24,32,48,64).")
+    load.add_argument("--plot", type=Path, help="Also draw TTFT p99 against rate for both servers (PNG).")
+    for p in (pipe, latency, tenancy, structured, fleet, batch, load):
         p.add_argument("--json", type=Path, required=True, help="Where to write the results.")
         p.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
 
@@ -68,6 +73,11 @@ def run_bench(args: argparse.Namespace) -> None:
                 lines=args.lines,
                 batch_concurrency=args.batch_concurrency,
             )
+        elif args.bench_command == "load":
+            from bench.load import run_load_bench
+
+            rates = [float(r) for r in (args.rates or "").split(",") if r.strip()] or None
+            run_load_bench(args.json, settings, smoke=args.smoke, rates=rates, plot=args.plot)
         elif args.bench_command == "fleet":
             from bench.fleet import run_fleet_bench
 

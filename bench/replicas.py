@@ -204,7 +204,14 @@ def running_replicas(
 ) -> Iterator[Sequence[Replica]]:
     """`count` replicas of `checkpoint` serving model `name`, started together and stopped on exit."""
     replicas = [
-        Replica(checkpoint, name, free_port(), log_dir / f"{name}-replica-{i}.log", runner, otlp_endpoint)
+        Replica(
+            checkpoint,
+            name,
+            free_port(),
+            log_dir / f"{name}-replica-{i}.log",
+            runner=runner,
+            otlp_endpoint=otlp_endpoint,
+        )
         for i in range(count)
     ]
     try:
