@@ -61,6 +61,7 @@ def _row(r: dict[str, Any], grounding: bool = False) -> dict[str, Any]:
         and r["grounding_score"] is None
         and "audio" in r["modalities"].split("+")
         and r["status"] == "completed"
+        and r.get("endpoint", "chat") == "chat"  # only chat answers are scored
         and age < GROUNDING_WAIT_S
     )
     return {
