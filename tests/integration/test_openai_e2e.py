@@ -35,7 +35,13 @@ def _details(resp):
 
 def test_models_lists_pools_with_modalities(client):
     models = {m.id: m.model_extra for m in client.models.list().data}
-    assert set(models) == {"small", "large"}
+    assert set(models) == {"small", "large", "minilm", "whisper"}
+    assert [models[m]["kind"] for m in ("small", "large", "minilm", "whisper")] == [
+        "chat",
+        "chat",
+        "embedding",
+        "transcription",
+    ]
     assert models["small"]["modalities"] == ["text", "image", "audio"]
     assert models["large"]["modalities"] == ["text", "image"]
     assert models["small"]["max_model_len"] == 4096

@@ -1,5 +1,6 @@
-"""The README's batch example, run as written against the live server (only the client's base URL and key are the
-test server's): it uploads `requests.jsonl`, waits for the batch and prints its output lines."""
+"""The README's examples, run as written against the live server (only the client's base URL and key are the test
+server's): the batch example uploads `requests.jsonl`, waits for the batch and prints its output lines; the
+embeddings and speech example embeds two texts and prints the transcript of `clip.wav`."""
 
 from __future__ import annotations
 
@@ -15,11 +16,42 @@ def _readme_blocks() -> list[str]:
     return re.findall(r"```python\n(.*?)```", (REPO / "README.md").read_text(), flags=re.S)
 
 
+def _block(needle: str) -> str:
+    found = [b for b in _readme_blocks() if needle in b]
+    assert len(found) == 1, f"the README has {len(found)} python blocks with {needle!r}"
+    return found[0]
+
+
+def _setup(server) -> str:
+    """The imports and the client, as the README's first example makes them."""
+    setup = _readme_blocks()[0].split("stream = client")[0]
+    return setup.replace("http://127.0.0.1:8000/v1", server.v1).replace('"sk-tsr-…"', repr(API_KEY))
+
+
+def test_the_readme_embeddings_and_speech_example_runs(server, tmp_path):
+    import soundfile as sf
+
+    from tests.media import speech
+
+    example = _block("client.embeddings.create")
+    sf.write(tmp_path / "clip.wav", speech("I would like a cup of coffee."), 16_000, subtype="PCM_16")
+    ran = subprocess.run(
+        [sys.executable, "-c", _setup(server) + example + "\nprint(len(vectors.data))\n"],
+        check=False,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    transcript, count = ran.stdout.strip().splitlines()[-2:]
+    assert "coffee" in transcript.lower()
+    assert count == "2"
+
+
 def test_the_readme_batch_example_runs(server, tmp_path):
-    chat, batch = _readme_blocks()[:2]
-    assert "client.batches.create" in batch
-    setup = chat.split("stream = client")[0]  # the imports and the client, as the README makes them
-    setup = setup.replace("http://127.0.0.1:8000/v1", server.v1).replace('"sk-tsr-…"', repr(API_KEY))
+    batch = _block("client.batches.create")
+    setup = _setup(server)
     lines = [
         {
             "custom_id": f"q{n}",
