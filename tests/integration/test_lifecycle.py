@@ -123,8 +123,8 @@ def _engine_processes(server):
 @pytest.mark.destructive
 def test_dead_engine_turns_health_and_requests_to_503(server, client):
     engines = _engine_processes(server)
-    assert len(engines) == 2, [p.cmdline() for p in engines]
-    engines[1].send_signal(signal.SIGKILL)  # pools start in order: small, then large
+    assert len(engines) == 4, [p.cmdline() for p in engines]  # minilm, whisper, small, large
+    engines[-1].send_signal(signal.SIGKILL)  # the embedding and transcription pools start first, then small, large
 
     assert _wait_for(lambda: _health(server).status_code == 503, timeout_s=30)
     health = _health(server)
