@@ -34,15 +34,18 @@ def test_the_admin_api_leaves_a_row_per_change(server):
     api.put(f"/admin/tenants/{tenant['id']}/quota", json={"tokens_per_minute": 4321}).raise_for_status()
     key = api.post(f"/admin/tenants/{tenant['id']}/keys", json={"name": "k"}).json()
     api.post(f"/admin/keys/{key['id']}/revoke").raise_for_status()
+    before = api.get("/admin/prices").json()["data"]["whisper"]["audio_seconds"]
     api.put("/admin/prices/whisper/audio_seconds", json={"micros_per_million": 123_000_000}).raise_for_status()
+    api.put("/admin/prices/whisper/audio_seconds", json={"micros_per_million": before}).raise_for_status()
     who = "api:static admin key"
     assert _one(server, "tenant.create", tenant["id"])["actor"] == who
     assert _one(server, "tenant.status", tenant["id"])["after"] == {"status": "suspended"}
     assert _one(server, "quota.update", tenant["id"])["after"] == {"tokens_per_minute": 4321}
     assert _one(server, "key.issue", key["id"])["after"]["prefix"] == key["prefix"]
     assert _one(server, "key.revoke", key["id"])["actor"] == who
-    price = _audit(server, action="price.set", target="whisper/audio_seconds")[0]
-    assert price["after"] == {"value": 123_000_000}
+    changed, restored = _audit(server, action="price.set", target="whisper/audio_seconds")[:2][::-1]
+    assert changed["after"] == {"value": 123_000_000}
+    assert restored["before"]["value"] == 123_000_000
     assert all(key["key"] not in str(row) for row in _audit(server, target=key["id"]))
 
 
@@ -71,6 +74,7 @@ def test_the_admin_console_leaves_a_row_per_change(server):
     assert http.post(base + "/keys", data={"name": "from-console"}, headers=headers).status_code == 201
     key_id = _audit(server, action="key.issue", actor="console:static admin key")[0]["target"]
     assert http.post(f"{base}/keys/{key_id}/revoke", headers=headers).status_code == 200
+    output = httpx.get(f"{server.base_url}/admin/prices", headers=ADMIN).json()["data"]["small"]["output"]
     assert http.post("/console/admin/prices", data={"small.output": "0.75"}, headers=headers).status_code == 200
     who = "console:static admin key"
     rows = _audit(server, target=tenant["id"])
@@ -80,6 +84,10 @@ def test_the_admin_console_leaves_a_row_per_change(server):
     assert rows[0]["after"]["tokens_per_minute"] == 2000
     assert _one(server, "key.revoke", key_id)["actor"] == who
     assert _audit(server, action="price.set", target="small/output")[0]["after"] == {"value": 750_000}
+    restore = httpx.put(
+        f"{server.base_url}/admin/prices/small/output", headers=ADMIN, json={"micros_per_million": output}
+    )
+    assert restore.status_code == 200
     page = http.get("/console/admin/audit", params={"target": tenant["id"]})
     assert page.status_code == 200
     assert page.text.count("<tr><td>") == len(rows)

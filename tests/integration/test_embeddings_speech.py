@@ -42,6 +42,12 @@ def _receipt(server, request_id: str, key: str = API_KEY) -> dict:
     raise AssertionError(f"no settled receipt for {request_id}: {resp.status_code} {resp.text}")
 
 
+def _prices(server) -> dict:
+    from tests.admin import ADMIN
+
+    return httpx.get(f"{server.base_url}/admin/prices", headers=ADMIN, timeout=10).json()["data"]
+
+
 def _cos(a, b) -> float:
     a, b = np.asarray(a), np.asarray(b)
     return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
@@ -169,7 +175,8 @@ def test_transcription_json_carries_the_words_and_duration_usage(client, server,
     assert abs(receipt["audio_seconds"] - seconds) < 0.01
     assert receipt["tokens"]["audio"] == int(np.ceil(seconds * 50))
     assert receipt["tokens"]["output"] > 0
-    assert receipt["cost_micros"] == int(np.ceil(seconds)) * 100  # 0.0001 a second by default
+    price = _prices(server)["whisper"]["audio_seconds"]  # per million seconds
+    assert receipt["cost_micros"] == int(np.ceil(seconds)) * price // 1_000_000
 
 
 def test_every_response_format(client, clip):
@@ -219,7 +226,10 @@ def test_the_same_file_is_transcribed_once_per_tenant(server, clip):
     fresh = _receipt(server, first.headers["x-request-id"], key)
     cached = _receipt(server, second.headers["x-request-id"], key)
     assert (fresh["cached"], cached["cached"]) == (False, True)
-    assert cached["cost_micros"] * 10 == fresh["cost_micros"]  # the cached rate is a tenth
+    prices = _prices(server)["whisper"]
+    seconds = int(np.ceil(fresh["audio_seconds"]))
+    assert fresh["cost_micros"] == seconds * prices["audio_seconds"] // 1_000_000
+    assert cached["cost_micros"] == seconds * prices["cached_audio_seconds"] // 1_000_000  # a tenth, by default
     assert cached["total_latency_ms"] < fresh["total_latency_ms"]
     other_key = new_tenant(server, "stt2")
     other = openai_client(server.v1, other_key, timeout=60)

@@ -34,7 +34,7 @@ def test_the_readme_embeddings_and_speech_example_runs(server, tmp_path):
     from tests.media import speech
 
     example = _block("client.embeddings.create")
-    sf.write(tmp_path / "clip.wav", speech("I would like a cup of coffee."), 16_000, subtype="PCM_16")
+    sf.write(tmp_path / "clip.wav", speech("Thank you very much."), 16_000, subtype="PCM_16")
     ran = subprocess.run(
         [sys.executable, "-c", _setup(server) + example + "\nprint(len(vectors.data))\n"],
         check=False,
@@ -45,7 +45,7 @@ def test_the_readme_embeddings_and_speech_example_runs(server, tmp_path):
     )
     assert ran.returncode == 0, ran.stderr[-2000:]
     transcript, count = ran.stdout.strip().splitlines()[-2:]
-    assert "coffee" in transcript.lower()
+    assert "thank you" in transcript.lower()
     assert count == "2"
 
 
