@@ -32,7 +32,7 @@ ROUTES = _admin_routes()
 def test_the_route_table_has_the_admin_pages():
     paths = {path.rstrip("/") for _, path in ROUTES}
     assert {
-        f"{ADMIN_CONSOLE}/",
+        ADMIN_CONSOLE,
         f"{ADMIN_CONSOLE}/tenants",
         f"{ADMIN_CONSOLE}/prices",
         f"{ADMIN_CONSOLE}/audit",
