@@ -58,7 +58,7 @@ class DirectEngines:
         from transformers import AutoTokenizer
 
         from config.settings import PoolSettings
-        from demo.checkpoints import build_task_checkpoint
+        from demo.task_checkpoints import build_task_checkpoint
         from serving.engines.inprocess import VllmEngine
         from serving.engines.specs import engine_spec
         from serving.pools import TaskPool

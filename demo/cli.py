@@ -11,7 +11,8 @@ from config.settings import Settings
 
 
 def build_demo(args: argparse.Namespace) -> None:
-    from demo.checkpoints import DEMO_SPECS, DEMO_TASK_CHECKPOINTS, build_demo_checkpoints, build_task_checkpoint
+    from demo.checkpoints import DEMO_SPECS, build_demo_checkpoints
+    from demo.task_checkpoints import DEMO_TASK_CHECKPOINTS, build_task_checkpoint
 
     settings = Settings(**({"data_dir": args.data_dir} if args.data_dir else {}))
     root = settings.demo_dir()

@@ -47,16 +47,14 @@ class _EngineCollector(Collector):
         enc_fail = CounterMetricFamily(
             "tessera_encoder_failures", "Encoder failures by reason.", labels=["model", "kind", "reason"]
         )
-        for task in self._pools.tasks:  # embedding and transcription pools: slots of their concurrency budget
-            queue.add_metric([task.name], task.admission.queue_depth)
-            held.add_metric([task.name], task.admission.in_use)
-            budget.add_metric([task.name], task.admission.budget)
-            rejected.add_metric([task.name], task.admission.rejected)
+        # Chat pools count KV blocks; embedding and transcription pools, slots of their concurrency budget.
+        admitting: list[ModelPool | TaskPool] = [*self._pools.pools, *self._pools.tasks]
+        for any_pool in admitting:
+            queue.add_metric([any_pool.name], any_pool.admission.queue_depth)
+            held.add_metric([any_pool.name], any_pool.admission.in_use)
+            budget.add_metric([any_pool.name], any_pool.admission.budget)
+            rejected.add_metric([any_pool.name], any_pool.admission.rejected)
         for pool in self._pools.pools:
-            queue.add_metric([pool.name], pool.admission.queue_depth)
-            held.add_metric([pool.name], pool.admission.in_use)
-            budget.add_metric([pool.name], pool.admission.budget)
-            rejected.add_metric([pool.name], pool.admission.rejected)
             if pool.vision is not None:
                 st = pool.vision.stats
                 enc_items.add_metric([pool.name, "image"], st.items)

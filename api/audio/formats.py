@@ -10,6 +10,13 @@ from serving.speech import Segment
 
 RESPONSE_FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
 TIMED_FORMATS = ("srt", "vtt", "verbose_json")  # decoded with Whisper's timestamps
+MEDIA_TYPES = {
+    "json": "application/json",
+    "verbose_json": "application/json",
+    "text": "text/plain; charset=utf-8",
+    "srt": "application/x-subrip; charset=utf-8",
+    "vtt": "text/vtt; charset=utf-8",
+}
 LANGUAGE_NAMES = {"en": "english"}
 
 
@@ -81,12 +88,15 @@ def render(
     temperature: float,
 ) -> tuple[str | dict[str, Any], str]:
     """The body and its media type."""
+    body: str | dict[str, Any]
     if response_format == "text":
-        return text, "text/plain; charset=utf-8"
-    if response_format == "srt":
-        return srt(segments), "application/x-subrip; charset=utf-8"
-    if response_format == "vtt":
-        return vtt(segments), "text/vtt; charset=utf-8"
-    if response_format == "verbose_json":
-        return verbose(task, language, duration, text, segments, temperature), "application/json"
-    return {"text": text, "usage": usage(duration)}, "application/json"
+        body = text
+    elif response_format == "srt":
+        body = srt(segments)
+    elif response_format == "vtt":
+        body = vtt(segments)
+    elif response_format == "verbose_json":
+        body = verbose(task, language, duration, text, segments, temperature)
+    else:
+        body = {"text": text, "usage": usage(duration)}
+    return body, MEDIA_TYPES[response_format]

@@ -13,12 +13,12 @@ import json
 import logging
 import math
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
-from api.audio.formats import RESPONSE_FORMATS, TIMED_FORMATS, render, usage
+from api.audio.formats import MEDIA_TYPES, RESPONSE_FORMATS, TIMED_FORMATS, render, usage
 from api.errors import to_api_error
 from api.sse import sse
 from serving.engines.base import SpeechRequest
@@ -152,7 +152,8 @@ class Transcriber:
                 return await self._cached(pool, form, principal, audio, hit.body, hit.output_tokens)
         tokens = SpeechTokens(pool.tokenizer)
         async with self._lease(pool, form, principal, audio) as lease:
-            results = [WindowResult(offset, len(chunk) / SAMPLE_RATE) for offset, chunk in windows(audio.samples)]
+            cut = windows(audio.samples)
+            results = [WindowResult(offset, len(chunk) / SAMPLE_RATE) for offset, chunk in cut]
             prompt = decoder_prompt(pool, tokens, options)
 
             async def run(index: int, result: WindowResult, chunk: Any) -> None:
@@ -160,8 +161,9 @@ class Transcriber:
                 async for _ in decode_window(pool, request, result):
                     lease.started_output()
 
-            chunks = [chunk for _, chunk in windows(audio.samples)]
-            await asyncio.gather(*(run(i, r, c) for i, (r, c) in enumerate(zip(results, chunks, strict=True))))
+            await asyncio.gather(
+                *(run(i, r, chunk) for i, (r, (_, chunk)) in enumerate(zip(results, cut, strict=True)))
+            )
             timed = segments(pool, tokens, results) if options.timestamps else []
             text = " ".join(s.text.strip() for s in timed) if timed else _joined(results)
             output = sum(len(r.token_ids) for r in results)
@@ -254,7 +256,9 @@ class Transcriber:
         options = (form.endpoint, form.language or "", form.prompt, form.response_format)
         return transcript_key(str(principal.tenant_id), audio.content_hash, pool.name, *options)
 
-    def _lease(self, pool: TaskPool, form: SpeechForm, principal: Principal, audio: LoadedAudio, *, admit: bool = True):  # type: ignore[no-untyped-def]
+    def _lease(
+        self, pool: TaskPool, form: SpeechForm, principal: Principal, audio: LoadedAudio, *, admit: bool = True
+    ) -> AbstractAsyncContextManager[TaskLease]:
         worst = self._usage(pool, audio, len(windows(audio.samples)) * MAX_WINDOW_TOKENS)
         return self.service.lease(
             pool, self.quotas.policy(principal), form.endpoint, worst, admit=admit, fingerprint=audio.content_hash
@@ -275,10 +279,8 @@ class Transcriber:
             )
             lease.started_output()
         await lease.require_recorded()
-        if form.response_format in ("json", "verbose_json"):
-            return json.loads(body), "application/json", lease.request_id
-        media = {"text": "text/plain", "srt": "application/x-subrip", "vtt": "text/vtt"}[form.response_format]
-        return body, f"{media}; charset=utf-8", lease.request_id
+        parsed = json.loads(body) if form.response_format in ("json", "verbose_json") else body
+        return parsed, MEDIA_TYPES[form.response_format], lease.request_id
 
     @staticmethod
     def _usage(pool: TaskPool, audio: LoadedAudio, output: int) -> TokenUsage:

@@ -75,25 +75,9 @@ class MediaEncoder:
         )
         try:
             if out.images and pool.vision is not None:
-                started = time.monotonic()
-                with step(
-                    "tessera.media.encode", **{"tessera.medium": "image", "tessera.items": len(out.images)}
-                ) as sp:
-                    out.image_embeds, out.cached_tokens["image"] = await self._encode_images(
-                        pool, out.images, out.scope
-                    )
-                    sp.set_attribute("tessera.cache_hit", out.cached_tokens["image"] > 0)
-                out.encode_seconds["image"] = time.monotonic() - started
+                out.image_embeds = await self._timed(out, "image", self._encode_images(pool, out.images, out.scope))
             if out.audios and pool.audio is not None:
-                started = time.monotonic()
-                with step(
-                    "tessera.media.encode", **{"tessera.medium": "audio", "tessera.items": len(out.audios)}
-                ) as sp:
-                    out.audio_features, out.cached_tokens["audio"] = await self._encode_audio(
-                        pool, out.audios, out.scope
-                    )
-                    sp.set_attribute("tessera.cache_hit", out.cached_tokens["audio"] > 0)
-                out.encode_seconds["audio"] = time.monotonic() - started
+                out.audio_features = await self._timed(out, "audio", self._encode_audio(pool, out.audios, out.scope))
         except EncoderFailure as exc:
             if not allow_degraded:
                 raise
@@ -101,6 +85,17 @@ class MediaEncoder:
             logger.warning("request %s: %s; answering without its %s", request_id, exc.message, kind)
             await self._drop(pool, out, kind)
         return out
+
+    @staticmethod
+    async def _timed(out: EncodedMedia, medium: str, encoding: Awaitable[tuple[Any, int]]) -> Any:
+        """Awaits one medium's encoding in its span, noting its cached tokens and how long it took."""
+        started = time.monotonic()
+        items = len(out.images if medium == "image" else out.audios)
+        with step("tessera.media.encode", **{"tessera.medium": medium, "tessera.items": items}) as span:
+            encoded, out.cached_tokens[medium] = await encoding
+            span.set_attribute("tessera.cache_hit", out.cached_tokens[medium] > 0)
+        out.encode_seconds[medium] = time.monotonic() - started
+        return encoded
 
     async def detect(self, detector: ModelPool, out: EncodedMedia) -> tuple[ImageFindings, ...]:
         """What `detector`'s tower (one with a label head) sees in a request's images, when the pool answering it
