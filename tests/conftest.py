@@ -64,6 +64,10 @@ STRIPE_WEBHOOK_SECRET = "whsec_tessera_test"
 MAX_TRANSCRIPTION_SECONDS = 90  # the shared server's limit on an audio file to transcribe
 
 
+STARTED: list[LiveServer] = []  # every server of the session, for the summary of engines that died
+ENGINE_DEATH = ("died unexpectedly", "EngineDeadError", "engine core died", "Killed")
+
+
 def run_server(env: dict[str, str], log_path: Path) -> Iterator[LiveServer]:
     """Start `tessera serve` with `env`, wait until healthy, yield it, and stop it afterwards."""
     with log_path.open("wb") as log:
@@ -71,6 +75,7 @@ def run_server(env: dict[str, str], log_path: Path) -> Iterator[LiveServer]:
             [sys.executable, "-m", "tessera", "serve"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
         )
     live = LiveServer(f"http://127.0.0.1:{env['TESSERA_PORT']}", proc, log_path)
+    STARTED.append(live)
     try:
         _wait_healthy(live)
         yield live
@@ -121,6 +126,12 @@ def server(tmp_path_factory: pytest.TempPathFactory, fake_stripe) -> Iterator[Li
     yield from run_server(env, data / "server.log")
 
 
+# A session server that only a few tests use is stopped after the last of them (they run first, see below), so
+# its memory is free again before the fleet's replicas start: the machine cannot hold them all at once.
+EARLY_RELEASED = ("large_server",)
+EARLY_RELEASE: dict[str, Iterator[LiveServer]] = {}
+
+
 @pytest.fixture(scope="session")
 def large_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     """A server of the large pool alone with every modality (the shared server's large pool takes no audio): its
@@ -135,7 +146,10 @@ def large_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServe
         "TESSERA_MODELS_DIR": str(MODELS_DIR),
         "TESSERA_POOLS": json.dumps([{"name": "large", "aliases": ["70b"]}]),
     }
-    yield from run_server(env, data / "server.log")
+    running = run_server(env, data / "server.log")
+    EARLY_RELEASE["large_server"] = running
+    yield next(running)
+    running.close()
 
 
 @pytest.fixture(scope="session")
@@ -165,5 +179,34 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests that kill an engine run last, after everything that needs the engines alive."""
-    items.sort(key=lambda item: item.get_closest_marker("destructive") is not None)
+    """Tests of an early-released server run first, in their own order, and tests that kill an engine run last,
+    after everything that needs the engines alive."""
+    items.sort(
+        key=lambda item: (
+            item.get_closest_marker("destructive") is not None,
+            not any(name in getattr(item, "fixturenames", ()) for name in EARLY_RELEASED),
+        )
+    )
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Stops an early-released server once the test after this one no longer uses it."""
+    for name, running in list(EARLY_RELEASE.items()):
+        still_used = nextitem is not None and name in getattr(nextitem, "fixturenames", ())
+        if name in getattr(item, "fixturenames", ()) and not still_used:
+            running.close()
+            del EARLY_RELEASE[name]
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Names any engine that died inside a test server, with the lines around it: a dead engine fails every later
+    test of its pool, and the server's log is gone with the session's temporary folder. Only after failures: the
+    destructive tests kill engines on purpose."""
+    if not terminalreporter.stats.get("failed"):
+        return
+    for live in STARTED:
+        lines = live.log_path.read_text(errors="replace").splitlines() if live.log_path.exists() else []
+        hits = [i for i, line in enumerate(lines) if any(sign in line for sign in ENGINE_DEATH)]
+        if hits:
+            terminalreporter.write_sep("=", f"an engine died in the server at {live.base_url}")
+            terminalreporter.write_line("\n".join(lines[max(0, hits[0] - 30) : hits[0] + 10]))
