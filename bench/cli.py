@@ -27,10 +27,10 @@ def add_bench_parser(subparsers: Any) -> None:
         "--replicas", help="Comma-separated replica URLs to measure on (default: start two local replicas)."
     )
     fleet.add_argument("--requests", type=int, help="Timed requests per policy and round (default 600; smoke 12).")
-    fleet.add_argument("--rate", type=float, help="Poisson arrivals per second (default RATE; smoke 1.5).")
+    fleet.add_argument("--rate", type=float, help="Poisson arrivals per second (default 2.5; smoke 1.5).")
     fleet.add_argument("--rounds", type=int, help="Alternated rounds, picker then round robin (default 3; smoke 1).")
     fleet.add_argument(
-        "--replica-kv-mib", type=float, help="KV cache of each replica the bench starts (default 48; smoke 16)."
+        "--replica-kv-mib", type=float, help="KV cache of each replica the bench starts (default 64; smoke 16)."
     )
     fleet.add_argument("--plot", type=Path, help="Also draw the TTFT CDF of both policies (every round) to this PNG.")
     batch = kinds.add_parser("batch", help="Interactive TTFT with a batch draining beside it; the batch's throughput.")

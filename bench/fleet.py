@@ -46,7 +46,7 @@ class FleetPlan:
     replica_kv_bytes: int
 
 
-FULL_PLAN = FleetPlan(FULL, rounds=3, replica_kv_bytes=48 * MiB)
+FULL_PLAN = FleetPlan(FULL, rounds=3, replica_kv_bytes=64 * MiB)
 SMOKE_PLAN = FleetPlan(SMOKE, rounds=1, replica_kv_bytes=16 * MiB)
 
 
@@ -92,7 +92,8 @@ def replica_capacity_tokens(url: str) -> int:
 
 def prefix_pressure(sizes: FleetSizes, phase: dict[str, Any], capacities: Sequence[int]) -> dict[str, Any]:
     """Whether affinity can matter: the shared prefixes' tokens against one replica's KV cache. Above 1, one
-    replica cannot hold them all, so a policy that spreads every prefix over both replicas evicts them."""
+    replica cannot hold them all, so a policy that sends every prefix to every replica evicts them, while one
+    that keeps each prefix on its replica needs only its share there."""
     prompts = sizes.tenants * sizes.prompts_per_tenant
     each = phase["fresh_cache_check"]["text_prompt_tokens"]  # a text request's whole prompt: the prefix and a question
     total = prompts * each
@@ -102,7 +103,8 @@ def prefix_pressure(sizes: FleetSizes, phase: dict[str, Any], capacities: Sequen
         "prefix_tokens_total": total,
         "replica_kv_capacity_tokens": list(capacities),
         "prefixes_over_one_replica": round(total / min(capacities), 2),
-        "prefixes_over_half_the_pool": round(total / (sum(capacities) / 2), 2),
+        # What each replica holds when every prefix stays on one of them: well under 1 leaves room for the rest.
+        "their_share_over_one_replica": round(total / len(capacities) / min(capacities), 2),
     }
 
 

@@ -37,7 +37,7 @@ class FleetSizes:
 
 # Near what two replicas take on this machine, 600 requests a round, and 48 shared prefixes of about 900 tokens:
 # more than one replica's shrunken KV cache holds (see bench/fleet.py), half of them with room to spare.
-FULL = FleetSizes(requests=600, rate=4.0, tenants=12, prompts_per_tenant=4, prompt_words=800)
+FULL = FleetSizes(requests=600, rate=2.5, tenants=12, prompts_per_tenant=4, prompt_words=800)
 # Every class and a couple of repeats even in 12 requests.
 SMOKE = FleetSizes(requests=12, rate=1.5, max_tokens=8, tenants=2, prompts_per_tenant=1, mix=(0.5, 0.3, 0.2))
 

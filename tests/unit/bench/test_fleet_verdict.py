@@ -38,7 +38,7 @@ def test_prefix_pressure_compares_the_prefixes_with_one_replicas_cache():
     assert pressure["distinct_prefixes"] == 48
     assert pressure["prefix_tokens_total"] == 43_200
     assert pressure["prefixes_over_one_replica"] == pytest.approx(1.32, abs=0.01)
-    assert pressure["prefixes_over_half_the_pool"] == pressure["prefixes_over_one_replica"]
+    assert pressure["their_share_over_one_replica"] == pytest.approx(0.66, abs=0.01)
 
 
 def test_the_full_plan_alternates_enough_rounds_of_enough_requests():
