@@ -41,6 +41,7 @@ def add_bench_parser(subparsers: Any) -> None:
         "load", help="Goodput ladder (TTFT p99 <= 250 ms, no errors) of bare vllm serve and Tessera, side by side."
     )
     load.add_argument("--rates", help="Comma-separated ladder of req/s (default 4,8,16,24,32,48,64).")
+    load.add_argument("--repeats", type=int, help="Ladders per server, alternating servers (default 3; smoke 1).")
     load.add_argument("--plot", type=Path, help="Also draw TTFT p99 against rate for both servers (PNG).")
     for p in (pipe, latency, tenancy, structured, fleet, batch, load):
         p.add_argument("--json", type=Path, required=True, help="Where to write the results.")
@@ -81,7 +82,7 @@ def run_bench(args: argparse.Namespace) -> None:
             from bench.load import run_load_bench
 
             rates = [float(r) for r in (args.rates or "").split(",") if r.strip()] or None
-            run_load_bench(args.json, settings, smoke=args.smoke, rates=rates, plot=args.plot)
+            run_load_bench(args.json, settings, smoke=args.smoke, rates=rates, repeats=args.repeats, plot=args.plot)
         elif args.bench_command == "fleet":
             from bench.fleet import run_fleet_bench
 

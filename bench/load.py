@@ -5,13 +5,17 @@ image+audio) and for text only.
 
 Each rung sends `rung_s` seconds of arrivals at its rate; its verdict is TTFT p99 within the SLO and no errors.
 The goodput of a server is the highest rate of the ladder (climbed in order) whose rung passed; the climb stops
-at the first rung that fails. The report gives per rung and class TTFT p50/p99, TPOT p50 and errors, each server's
-goodput, the ratio of Tessera's to the bare engine's, and (`--plot`) TTFT p99 against rate for both.
+at the first rung that fails. One rung can flip between runs, so the ladders are repeated (`--repeats`), the
+servers alternating (bare, Tessera, bare, Tessera...), each repeat on schedules of its own seed, the same for
+both servers. The report gives per repeat, rung and class TTFT p50/p99, TPOT p50 and errors, each server's
+goodput, the ratio of Tessera's to the bare engine's, and their medians over the repeats with the spread; and
+(`--plot`) TTFT p99 against rate for both, every repeat.
 """
 
 from __future__ import annotations
 
 import asyncio
+import statistics
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -36,10 +40,11 @@ class Ladder:
     rung_s: float = 10.0
     max_tokens: int = 16
     seed: int = 2026
+    repeats: int = 3
 
 
 FULL = Ladder()
-SMOKE = Ladder(rates=(2, 4), rung_s=3.0, max_tokens=4)
+SMOKE = Ladder(rates=(2, 4), rung_s=3.0, max_tokens=4, repeats=1)
 
 
 @dataclass(frozen=True)
@@ -109,12 +114,52 @@ def _bare_engine(settings: Settings, progress: Progress) -> Iterator[_Bare]:
             replica.stop()
 
 
+def _one_repeat(settings: Settings, ladder: Ladder, progress: Progress) -> dict[str, Any]:
+    """Both servers' ladders on this repeat's schedules: bare `vllm serve`, then Tessera."""
+    servers: dict[str, Any] = {}
+    progress("  bare vllm serve")
+    with _bare_engine(settings, progress) as bare:
+        servers["vllm"] = {
+            name: _climb(bare, ["EMPTY", "EMPTY"], ladder, mix, progress) for name, mix in WORKLOADS.items()
+        }
+    progress("  Tessera (embedded small pool; auth, quotas, metering, grounding on)")
+    with live_server(settings.demo_dir(), [{"name": "small"}], progress) as server:
+        keys = tenant_keys(server, 2)
+        servers["tessera"] = {name: _climb(server, keys, ladder, mix, progress) for name, mix in WORKLOADS.items()}
+    ratio = {
+        name: round(servers["tessera"][name]["goodput_rps"] / max(servers["vllm"][name]["goodput_rps"], 1e-9), 3)
+        for name in WORKLOADS
+    }
+    return {"seed": ladder.seed, "servers": servers, "goodput_ratio": ratio}
+
+
+def _spread(values: Sequence[float]) -> dict[str, Any]:
+    return {
+        "median": statistics.median(values),
+        "min": min(values),
+        "max": max(values),
+        "per_repeat": list(values),
+    }
+
+
+def summarise(repeats: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Each server's goodput and the ratio, per workload: the median over the repeats with the spread."""
+    return {
+        "goodput_rps": {
+            server: {name: _spread([r["servers"][server][name]["goodput_rps"] for r in repeats]) for name in WORKLOADS}
+            for server in ("vllm", "tessera")
+        },
+        "goodput_ratio": {name: _spread([r["goodput_ratio"][name] for r in repeats]) for name in WORKLOADS},
+    }
+
+
 def run_load_bench(
     out: Path,
     settings: Settings,
     *,
     smoke: bool = False,
     rates: Sequence[float] | None = None,
+    repeats: int | None = None,
     plot: Path | None = None,
     progress: Progress = print,
 ) -> dict[str, Any]:
@@ -123,41 +168,45 @@ def run_load_bench(
     ladder = SMOKE if smoke else FULL
     if rates:
         ladder = replace(ladder, rates=tuple(sorted(rates)))
+    if repeats:
+        ladder = replace(ladder, repeats=repeats)
     build_demo_checkpoints(settings.demo_dir(), ["small"], progress=progress)
     report: dict[str, Any] = {
         **stamp(smoke),
         "slo_ttft_p99_ms": SLO_P99_MS,
-        "ladder": {"rates": list(ladder.rates), "rung_s": ladder.rung_s, "max_tokens": ladder.max_tokens},
+        "ladder": {
+            "rates": list(ladder.rates),
+            "rung_s": ladder.rung_s,
+            "max_tokens": ladder.max_tokens,
+            "repeats": ladder.repeats,
+        },
         "workloads": {name: list(mix) for name, mix in WORKLOADS.items()},
-        "servers": {},
+        "repeats": [],
     }
     started = time.perf_counter()
-    progress("bare vllm serve")
-    with _bare_engine(settings, progress) as bare:
-        report["servers"]["vllm"] = {
-            name: _climb(bare, ["EMPTY", "EMPTY"], ladder, mix, progress) for name, mix in WORKLOADS.items()
-        }
-    progress("Tessera (embedded small pool; auth, quotas, metering, grounding on)")
-    with live_server(settings.demo_dir(), [{"name": "small"}], progress) as server:
-        keys = tenant_keys(server, 2)
-        report["servers"]["tessera"] = {
-            name: _climb(server, keys, ladder, mix, progress) for name, mix in WORKLOADS.items()
-        }
-    report["goodput_ratio"] = {
-        name: round(
-            report["servers"]["tessera"][name]["goodput_rps"]
-            / max(report["servers"]["vllm"][name]["goodput_rps"], 1e-9),
-            3,
-        )
-        for name in WORKLOADS
-    }
+    for n in range(ladder.repeats):
+        progress(f"[{n + 1}/{ladder.repeats}] ladders on schedules of seed {ladder.seed + 1000 * n}")
+        report["repeats"].append(_one_repeat(settings, replace(ladder, seed=ladder.seed + 1000 * n), progress))
+        write_report(out, report)
+    report.update(summarise(report["repeats"]))
     report["bench_s"] = round(time.perf_counter() - started, 1)
     for name in WORKLOADS:
-        t, v = report["servers"]["tessera"][name]["goodput_rps"], report["servers"]["vllm"][name]["goodput_rps"]
-        progress(f"  {name}: goodput Tessera {t:g} req/s, bare vLLM {v:g} req/s")
+        t, v = (report["goodput_rps"][s][name] for s in ("tessera", "vllm"))
+        ratio = report["goodput_ratio"][name]
+        progress(
+            f"  {name}: goodput Tessera {t['median']:g} req/s ({t['min']:g}-{t['max']:g}), bare vLLM "
+            f"{v['median']:g} ({v['min']:g}-{v['max']:g}); ratio x{ratio['median']:g} "
+            f"({ratio['min']:g}-{ratio['max']:g})"
+        )
     if not smoke:
-        check_report(report, positive=[f"servers.{s}.{w}.goodput_rps" for s in ("tessera", "vllm") for w in WORKLOADS])
-    elif not all(r["requests"] for s in report["servers"].values() for w in s.values() for r in w["rungs"]):
+        check_report(report, positive=[f"goodput_rps.{s}.{w}.median" for s in ("tessera", "vllm") for w in WORKLOADS])
+    elif not all(
+        r["requests"]
+        for rep in report["repeats"]
+        for s in rep["servers"].values()
+        for w in s.values()
+        for r in w["rungs"]
+    ):
         raise BenchFailure("a rung sent no requests")
     if plot is not None:
         _plot(plot, report)
@@ -172,8 +221,9 @@ def _plot(out: Path, report: dict[str, Any]) -> None:
     from PIL import Image, ImageDraw
 
     series = {
-        f"{server} {name}": [(r["rate"], r["latency"].get("overall", {}).get("ttft_p99_ms")) for r in w["rungs"]]
-        for server, workloads in report["servers"].items()
+        (f"{server} {name}", n): [(r["rate"], r["latency"].get("overall", {}).get("ttft_p99_ms")) for r in w["rungs"]]
+        for n, repeat in enumerate(report["repeats"])
+        for server, workloads in repeat["servers"].items()
         for name, w in workloads.items()
     }
     points = [(x, y) for s in series.values() for x, y in s if y is not None]
@@ -189,7 +239,7 @@ def _plot(out: Path, report: dict[str, Any]) -> None:
         y = min(y, y_max)
         return left + x / x_max * (width - left - right), height - bottom - y / y_max * (height - top - bottom)
 
-    draw.text((left, 12), "TTFT p99 against offered load (open loop)", fill="black")
+    draw.text((left, 12), f"TTFT p99 against offered load (open loop), {len(report['repeats'])} repeats", fill="black")
     draw.text((width // 2 - 30, height - 22), "requests per second", fill="black")
     draw.rectangle([xy(0, y_max), xy(x_max, 0)], outline="black")
     draw.line([xy(0, SLO_P99_MS), xy(x_max, SLO_P99_MS)], fill="#999999", width=1)
@@ -199,12 +249,15 @@ def _plot(out: Path, report: dict[str, Any]) -> None:
     for rate in report["ladder"]["rates"]:
         draw.text((xy(rate, 0)[0] - 6, height - bottom + 6), f"{rate:g}", fill="black")
     colors = ("#1f77b4", "#aec7e8", "#d62728", "#ff9896")
-    for n, (name, values) in enumerate(series.items()):
+    names = list(dict.fromkeys(name for name, _ in series))
+    for (name, _), values in series.items():
+        colour = colors[names.index(name) % 4]
         pts = [xy(x, y) for x, y in values if y is not None]
         if len(pts) > 1:
-            draw.line(pts, fill=colors[n % 4], width=2)
+            draw.line(pts, fill=colour, width=2)
         for p in pts:
-            draw.ellipse([p[0] - 3, p[1] - 3, p[0] + 3, p[1] + 3], fill=colors[n % 4])
+            draw.ellipse([p[0] - 3, p[1] - 3, p[0] + 3, p[1] + 3], fill=colour)
+    for n, name in enumerate(names):
         draw.text((left + 10, top + 10 + 16 * n), name, fill=colors[n % 4])
     out.parent.mkdir(parents=True, exist_ok=True)
     img.save(out)

@@ -1,4 +1,4 @@
-"""The fleet bench's verdict over alternated rounds, its prefix-pressure figures, and its replicas' KV flag."""
+"""The fleet and load benches' verdicts over repeated runs, the fleet's prefix-pressure figures, and its replicas' KV flag."""
 
 from pathlib import Path
 
@@ -54,3 +54,20 @@ def test_a_shrunken_replica_cache_is_a_flag_and_the_legacy_variable_is_gone(tmp_
     command, env = Replica(tmp_path, "small", 8000, tmp_path / "log").launch()
     assert "--kv-cache-memory-bytes" not in command
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "1"
+
+
+def test_load_goodputs_and_ratio_are_medians_over_repeats():
+    from bench.load import summarise
+
+    def repeat(vllm: float, tessera: float) -> dict:
+        servers = {
+            "vllm": {"mixed": {"goodput_rps": vllm}, "text": {"goodput_rps": 2 * vllm}},
+            "tessera": {"mixed": {"goodput_rps": tessera}, "text": {"goodput_rps": 2 * tessera}},
+        }
+        return {"servers": servers, "goodput_ratio": {"mixed": tessera / vllm, "text": tessera / vllm}}
+
+    summary = summarise([repeat(8, 16), repeat(16, 24), repeat(8, 24)])
+    assert summary["goodput_rps"]["vllm"]["mixed"] == {"median": 8, "min": 8, "max": 16, "per_repeat": [8, 16, 8]}
+    assert summary["goodput_rps"]["tessera"]["text"]["median"] == 48
+    assert summary["goodput_ratio"]["mixed"]["median"] == 2.0
+    assert summary["goodput_ratio"]["mixed"]["min"] == 1.5
