@@ -1,4 +1,4 @@
-"""The fleet and load benches' verdicts over repeated runs, the fleet's prefix-pressure figures, and its replicas' KV flag."""
+"""The fleet and load benches' verdicts over repeated runs, the prefix pressure, and the replicas' KV flag."""
 
 from pathlib import Path
 
