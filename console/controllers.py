@@ -20,7 +20,7 @@ from config.settings import Settings
 from console.auth import TENANT_SESSION, sign_in, sign_out
 from console.pages import page
 from serving.errors import InvalidRequest
-from serving.pools import PoolRegistry
+from serving.pools import ModelPool, PoolRegistry
 from serving.service import InferenceService
 from tenancy.console_sessions import ConsoleSessions
 from tenancy.directory import Directory, Principal
@@ -31,6 +31,14 @@ AUDIO_TYPES = {"audio/wav": "wav", "audio/x-wav": "wav", "audio/wave": "wav", "a
 
 def _data_url(raw: bytes, mime: str) -> str:
     return f"data:{mime};base64," + base64.b64encode(raw).decode()
+
+
+def preferred_model(pools: list[ModelPool]) -> str:
+    """The model the playground opens on: the strongest pool that takes the most media (a newcomer's image and
+    clip both reach it), else `auto`."""
+    if not pools:
+        return "auto"
+    return max(pools, key=lambda p: (len(set(p.modalities)), p.strength)).name
 
 
 class ConsoleController(Controller):
@@ -72,7 +80,8 @@ class ConsoleController(Controller):
         signed_in: NamedDependency[Principal],
         pools: NamedDependency[PoolRegistry],
     ) -> Template:
-        models = [p.name for p in pools.pools if signed_in.may_use(p.name)]
+        able = [p for p in pools.pools if signed_in.may_use(p.name)]
+        models = [p.name for p in able]
         tasks = {kind: [t.name for t in pools.tasks if t.kind == kind and signed_in.may_use(t.name)] for kind in
                  ("transcription", "embedding")}  # fmt: skip
         return page(
@@ -81,6 +90,7 @@ class ConsoleController(Controller):
             active="playground",
             tenant=signed_in.tenant_name,
             models=[*models, "auto"],
+            preferred=preferred_model(able),
             speech_models=tasks["transcription"],
             embedding_models=tasks["embedding"],
             base_url=str(request.base_url).rstrip("/") + "/v1",

@@ -157,3 +157,16 @@ def test_schema_and_tools_together():
     assert built["response_format"]["json_schema"]["schema"] == SCHEMA
     assert built["tools"] == [{"type": "function", "function": WEATHER}]
     assert built["tool_choice"] == "none"
+
+
+def test_the_playground_opens_on_the_strongest_pool_that_takes_the_most_media():
+    from types import SimpleNamespace
+
+    from console.controllers import preferred_model
+
+    small = SimpleNamespace(name="small", modalities=["text", "image", "audio"], strength=0)
+    large = SimpleNamespace(name="large", modalities=["text", "image", "audio"], strength=1)
+    seeing = SimpleNamespace(name="large", modalities=["text", "image"], strength=1)
+    assert preferred_model([small, large]) == "large"  # type: ignore[list-item]
+    assert preferred_model([small, seeing]) == "small"  # type: ignore[list-item]
+    assert preferred_model([]) == "auto"
