@@ -41,7 +41,8 @@ bench-smoke: setup
 	$(VENV)/bin/tessera bench fleet --smoke --json artifacts/bench-smoke/fleet.json
 	$(VENV)/bin/tessera bench load --smoke --json artifacts/bench-smoke/load.json
 
-# The full benches (about 3, 2, 1, 1, 9 and 6 minutes on 2 cores; fleet starts two vLLM replicas of its own).
+# The full benches (about 3, 3, 1, 1, 9, 27 and 13 minutes on 2 cores; fleet starts two vLLM replicas of its own,
+# load one).
 bench: setup
 	$(VENV)/bin/tessera bench pipeline --json artifacts/bench_pipeline.json
 	$(VENV)/bin/tessera bench latency --json artifacts/bench_latency.json
