@@ -255,6 +255,11 @@ class Settings(BaseSettings):
         "(Whisper spells them as written here). Unset: the hint file beside the strongest audio pool's checkpoint "
         "(grounding/transcript_hint.txt), if it has one; empty: no hint.",
     )
+    grounding_judge: str | None = Field(
+        default=None,
+        description="The pool a tenant's `judge` grounding evidence asks its yes/no questions (grounding.judge). "
+        "Unset: the strongest pool that takes every medium of the request.",
+    )
     default_max_tokens: int = Field(default=256, description="Completion length when the client sets none.")
     log_level: str = Field(default="INFO", description="Log level of the server.")
 

@@ -32,7 +32,7 @@ from serving.metrics import ServerMetrics
 from serving.pools import PoolRegistry
 from storage.batches import BatchStore
 from tenancy.console_sessions import ConsoleSessions
-from tenancy.directory import GROUNDING_POLICIES, Directory, Principal, Tenant, TenantQuota
+from tenancy.directory import GROUNDING_EVIDENCE, GROUNDING_POLICIES, Directory, Principal, Tenant, TenantQuota
 from tenancy.limits import RateLimiter
 from tenancy.metering import month_by_tenant
 
@@ -40,6 +40,7 @@ Form = Annotated[dict[str, Any], Body(media_type=RequestEncodingType.URL_ENCODED
 # The quota form's choices, and the guardrail a new tenant starts with (the table's defaults).
 QUOTA_FORM = {
     "grounding_policies": GROUNDING_POLICIES,
+    "grounding_evidence": GROUNDING_EVIDENCE,
     "threshold_step": threshold_step,
     "new_quota": TenantQuota(tenant_id=""),
 }

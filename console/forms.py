@@ -7,7 +7,7 @@ import math
 from typing import Any
 
 from serving.errors import InvalidRequest
-from tenancy.directory import GROUNDING_POLICIES, MAX_RETENTION_DAYS
+from tenancy.directory import GROUNDING_EVIDENCE, GROUNDING_POLICIES, MAX_RETENTION_DAYS
 
 THRESHOLD_STEP = 0.05  # the threshold box's step; any value in [0, 1] is taken
 
@@ -92,15 +92,18 @@ def storage_fields(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def guardrail_fields(data: dict[str, Any]) -> dict[str, Any]:
-    """The grounding guardrail's policy (off, score, flag or block) and threshold (0 to 1), as far as given."""
+    """The grounding guardrail's policy (off, score, flag or block), evidence (label_head, judge or both) and
+    threshold (0 to 1), as far as given."""
     fields: dict[str, Any] = {}
-    if "grounding_policy" in data:
-        policy = str(data["grounding_policy"]).strip()
-        if policy not in GROUNDING_POLICIES:
-            raise InvalidRequest(
-                f"Guardrail policy must be one of {', '.join(GROUNDING_POLICIES)}", param="grounding_policy"
-            )
-        fields["grounding_policy"] = policy
+    for name, label, choices in (
+        ("grounding_policy", "Guardrail policy", GROUNDING_POLICIES),
+        ("grounding_evidence", "Guardrail evidence", GROUNDING_EVIDENCE),
+    ):
+        if name in data:
+            value = str(data[name]).strip()
+            if value not in choices:
+                raise InvalidRequest(f"{label} must be one of {', '.join(choices)}", param=name)
+            fields[name] = value
     if "grounding_threshold" in data:
         message = "Guardrail threshold must be a number from 0 to 1, such as 0.5"
         raw = str(data["grounding_threshold"]).strip()

@@ -59,6 +59,9 @@ class TenantQuota(SQLModel, table=True):
     # (1.0: every claim supported).
     grounding_policy: str = Field(default="score", max_length=8)
     grounding_threshold: float = 1.0
+    # What checks an answer's claims: `label_head` (the tower's label head and the clip's transcript), `judge` (a
+    # pool asked a yes/no question per claim, grounding.judge) or `both`.
+    grounding_evidence: str = Field(default="label_head", max_length=10)
     # Stored responses (`/v1/responses` with `store`): off turns storage off for the tenant; kept this many days.
     store_responses: bool = True
     response_retention_days: int = 30
@@ -92,6 +95,8 @@ class InferenceRequest(SQLModel, table=True):
     grounding_score: float | None = None
     # The answer's claims its media did not support, as the grounding scorer worded them (null until scored).
     grounding_unsupported: list[str] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
+    # Each checked claim: {claim, evidence (label_head or judge), supported, p_yes (the judge's)}.
+    grounding_checked: list[dict[str, Any]] | None = Field(default=None, sa_column=Column(JSON, nullable=True))
     grounding_passed: bool | None = None  # the score against the tenant's threshold when it was scored
     question_kind: str | None = Field(default=None, max_length=24)  # grounding.questions' kind of the last question
     # sha256 of the last user turn's text and media, to tell a regeneration (the same ask again) from a new one.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import Engine
 from sqlmodel import Session, SQLModel
@@ -26,6 +27,7 @@ def set_grounding_score(
     *,
     passed: bool | None = None,
     question_kind: str | None = None,
+    checked: Sequence[dict[str, Any]] | None = None,
 ) -> bool:
     """Store the grounding score of a request whose usage row exists (the claims its media did not support, the
     verdict against the tenant's threshold, the kind of question); False when there is no such row."""
@@ -37,6 +39,7 @@ def set_grounding_score(
         row.grounding_unsupported = list(unsupported) if unsupported is not None else None
         row.grounding_passed = passed
         row.question_kind = question_kind
+        row.grounding_checked = list(checked) if checked is not None else None
         s.add(row)
         s.commit()
         return True

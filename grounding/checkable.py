@@ -34,8 +34,10 @@ _DETERMINERS = frozenset({"a", "an", "the", "some", "several", "many", "another"
 _NUMBERS = {w: i for i, w in enumerate(NUMBER_WORDS)}
 _COPULAS = frozenset({"is", "are", "was", "were", "looks", "look", "appears", "appear", "seems", "seem"})
 _NEGATORS = frozenset({"no", "not", "never", "without", "none", "nor", "neither", "nothing", "isn't", "aren't"})
-_PREPOSITIONS = ("next to", "in front of", "on top of", "to the left of", "to the right of", "close to", "near")
-_PREPOSITIONS += ("by", "beside", "behind", "above", "below", "under", "over", "on", "in", "at", "inside")
+_PREPOSITIONS: tuple[str, ...] = (
+    *("next to", "in front of", "on top of", "to the left of", "to the right of", "close to", "near"),
+    *("by", "beside", "behind", "above", "below", "under", "over", "on", "in", "at", "inside"),
+)
 # Words that end a noun phrase's run of modifiers: the head is the word before them.
 _BREAKS = (
     frozenset(

@@ -30,6 +30,7 @@ class Verdict:
     threshold: float
     claims: int
     unsupported: tuple[str, ...]
+    checked: tuple[dict[str, Any], ...] = ()  # each claim, its evidence (label_head or judge) and its verdict
 
     def __post_init__(self) -> None:
         # One figure everywhere: what the response carries, what is stored and what passes are the same number.
@@ -48,6 +49,7 @@ class Verdict:
             "flagged": not self.passed,
             "claims": self.claims,
             "unsupported_claims": list(self.unsupported),
+            "checked_claims": list(self.checked),
         }
         if regenerated:
             out["regenerated"] = True

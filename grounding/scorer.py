@@ -34,6 +34,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -53,6 +54,9 @@ class GroundingResult:
     score: float  # supported claims over claims, 0..1
     claims: int
     unsupported: tuple[str, ...]
+    # Each checked claim: its text, whether it is supported, the evidence that spoke (label_head or judge) and,
+    # for the judge, its probability of yes.
+    checked: tuple[dict[str, Any], ...] = ()
 
 
 class GroundingScorer:
@@ -168,4 +172,24 @@ class GroundingScorer:
             asked_about_image = question_kind(question) in IMAGE_KINDS
             return GroundingResult(0.0 if has_audio or asked_about_image else 1.0, 0, ())
         unsupported = tuple(text for text, ok in verdicts.values() if not ok)
-        return GroundingResult((len(verdicts) - len(unsupported)) / len(verdicts), len(verdicts), unsupported)
+        checked = tuple({"claim": text, "evidence": "label_head", "supported": ok} for text, ok in verdicts.values())
+        return GroundingResult((len(verdicts) - len(unsupported)) / len(verdicts), len(verdicts), unsupported, checked)
+
+
+def combine(label_head: GroundingResult | None, judged: Sequence[Any] | None) -> GroundingResult | None:
+    """One result from the label head's (and transcript's) result and the judge's claims (grounding.judge): every
+    claim either checked counts, so a claim either finds unsupported lowers the score. The judge alone scores an
+    answer where the label head had no claim to check; claims the judge could not judge do not count. None when
+    neither gives evidence."""
+    verdicts = [j for j in judged or () if j.supported is not None]
+    if not verdicts:
+        return label_head
+    checked = tuple(j.wire() for j in verdicts)
+    unsupported = tuple(j.claim for j in verdicts if not j.supported)
+    if label_head is not None and label_head.claims:
+        total = label_head.claims + len(verdicts)
+        supported = label_head.claims - len(label_head.unsupported) + len(verdicts) - len(unsupported)
+        return GroundingResult(
+            supported / total, total, label_head.unsupported + unsupported, label_head.checked + checked
+        )
+    return GroundingResult((len(verdicts) - len(unsupported)) / len(verdicts), len(verdicts), unsupported, checked)

@@ -30,9 +30,10 @@ from db.usage import set_grounding_score
 from grounding.audio_evidence import Heard, sound_label
 from grounding.guardrail import Verdict, decide, scores, waits_for_verdict
 from grounding.hearing import AudioWordReader
+from grounding.judge import Judge
 from grounding.models import checkpoint_hint
 from grounding.questions import question_kind
-from grounding.scorer import GroundingScorer
+from grounding.scorer import GroundingScorer, combine
 from serving.background import BackgroundTasks
 from serving.completion import Completion
 from serving.gate import Action, GateVerdict
@@ -53,6 +54,7 @@ class GroundingService:
         self._max_pending = max_pending
         self._pending = 0
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grounding")
+        self.judge: Judge | None = None  # set once the inference service exists (tessera.state)
         self._verdicts: dict[str, asyncio.Future[Verdict | None]] = {}
         self._transcripts: dict[str, asyncio.Future[Heard]] = {}
         self.scored = Counter("tessera_grounding_scored", "Requests given a grounding score.", registry=registry)
@@ -70,6 +72,12 @@ class GroundingService:
             "tessera_grounding_seconds",
             "Time to transcribe and score one answer.",
             buckets=(0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0),
+            registry=registry,
+        )
+        self.judge_seconds = Histogram(
+            "tessera_grounding_judge_seconds",
+            "Time the judge took over one answer's claims (every question, asked at once).",
+            buckets=(0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0),
             registry=registry,
         )
 
@@ -107,7 +115,7 @@ class GroundingService:
         if not scores(policy):
             return
         waits = waits_for_verdict(policy)
-        if record.status != "completed" or not (record.audio or record.images):
+        if record.status != "completed" or not (record.audio or record.images or self._judged(record)):
             self._transcripts.pop(record.request_id, None)
             if waits:
                 self._resolve(record.request_id, None)
@@ -117,6 +125,12 @@ class GroundingService:
             return
         self._pending += 1
         self._tasks.spawn(self._score(record))
+
+    def _judged(self, record: CompletionRecord) -> bool:
+        """Whether the judge checks this record: its caller's evidence names the judge and it carried media."""
+        evidence = record.caller.grounding_evidence
+        media = bool(record.modalities - {"text"})
+        return self.judge is not None and evidence in ("judge", "both") and media and record.endpoint == "chat"
 
     # -- the grounding gate (serving.gate) ----------------------------------------------------------------------
 
@@ -173,24 +187,33 @@ class GroundingService:
         try:
             loop = asyncio.get_running_loop()
             started = loop.time()
-            audio = record.audio[0] if record.audio else None
-            early = self._transcripts.pop(record.request_id, None)
-            transcript = await early if early is not None else None
-            result = await loop.run_in_executor(
-                self._executor,
-                functools.partial(
-                    self._scorer.score_media,
-                    record.answer,
-                    audio,
-                    record.images,
-                    question=record.question,
-                    transcript=transcript,
-                ),
-            )
+            judged = None
+            if self._judged(record):
+                assert self.judge is not None
+                judging = loop.time()
+                judged = await self.judge.check(record)
+                self.judge_seconds.observe(loop.time() - judging)
+            label_head = None
+            if record.caller.grounding_evidence != "judge" and (record.audio or record.images):
+                audio = record.audio[0] if record.audio else None
+                early = self._transcripts.pop(record.request_id, None)
+                transcript = await early if early is not None else None
+                label_head = await loop.run_in_executor(
+                    self._executor,
+                    functools.partial(
+                        self._scorer.score_media,
+                        record.answer,
+                        audio,
+                        record.images,
+                        question=record.question,
+                        transcript=transcript,
+                    ),
+                )
+            result = combine(label_head, judged)
             self.seconds.observe(loop.time() - started)
             if result is not None:
                 threshold = record.caller.grounding_threshold
-                verdict = Verdict(result.score, threshold, result.claims, result.unsupported)
+                verdict = Verdict(result.score, threshold, result.claims, result.unsupported, result.checked)
                 stored = await asyncio.to_thread(
                     set_grounding_score,
                     self._db,
@@ -199,6 +222,7 @@ class GroundingService:
                     result.unsupported,
                     passed=verdict.passed,
                     question_kind=question_kind(record.question),
+                    checked=result.checked,
                 )
                 if stored:
                     self.scored.inc()

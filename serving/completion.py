@@ -51,6 +51,8 @@ class Submission:
     # Each medium's bytes as fetched or decoded from the request, with the request's `param` of its part, in the
     # client's order: what a stored response keeps so that a later turn never fetches them again.
     media: tuple[tuple[str, bytes], ...] = ()
+    messages: tuple[Any, ...] = ()  # the request's messages as the client sent them, for a grounding judge
+    endpoint: str = "chat"
     ticket: Ticket | None = None  # the pool's KV-admission ticket, told when the first token comes
     span: Any = None  # the engine span (serving.tracing), ended with the lease
 
@@ -296,6 +298,8 @@ class Completion:
             audio=s.audio,
             images=s.images,
             question=s.question,
+            messages=s.messages,
+            endpoint=s.endpoint,
             pre_engine_s=s.submitted - s.started,
             ttft_s=None if self.first_token_at is None else self.first_token_at - s.started,
             total_s=now - s.started,

@@ -30,11 +30,18 @@ class CallerIdentity:
     # answer must reach to pass. Serving only carries them.
     grounding_policy: str = "score"
     grounding_threshold: float = 0.9
+    grounding_evidence: str = "label_head"  # label_head | judge | both: what checks the claims
     # interactive | batch: the class the request is billed in (a batch line at its model's batch price).
     priority: str = "interactive"
     # The request id the caller fixed in advance (a batch line's, so that a line run again after a gateway died is
-    # the same request to metering); None: the lease makes one.
+    # the same request to metering; a grounding judge's question, named after the answer it checks); None: the
+    # lease makes one.
     request_id: str | None = None
+
+    @property
+    def batch_line(self) -> bool:
+        """A batch line's request, whose usage its batch settles (tenancy.usage_log)."""
+        return self.priority == "batch" and self.request_id is not None
 
 
 class QuotaHold(Protocol):

@@ -65,7 +65,8 @@ class CompletionRecord:
     # grounding; empty where the pool's tower has no label head.
     images: tuple[Any, ...] = ()
     question: str = ""  # the last user turn's text, for grounding
-    endpoint: str = "chat"  # chat | embeddings | transcriptions | translations
+    endpoint: str = "chat"  # chat | embeddings | transcriptions | translations | grounding (a judge's question)
+    messages: tuple[Any, ...] = ()  # the request's messages as the client sent them, for a grounding judge
 
 
 Subscriber = Callable[[CompletionRecord], Awaitable[None] | None]
@@ -85,7 +86,7 @@ class OpenedRequest:
     audio_tokens: int
     # sha256 of the last user turn's text and its media's content hashes: the same ask sent again has the same one.
     fingerprint: str | None = None
-    endpoint: str = "chat"  # chat | embeddings | transcriptions | translations
+    endpoint: str = "chat"  # chat | embeddings | transcriptions | translations | grounding
     audio_ms: int = 0  # a transcription's audio, billed per second (also if it is cut short)
     trace_id: str | None = None  # the request's trace (serving.tracing), when traces are on
 

@@ -51,6 +51,7 @@ class GenerationRequest:
     # The client sees nothing until the answer is whole (not streamed): a replica that fails mid-answer can then be
     # replaced by another, since no byte of the failed attempt ever reached the client.
     buffered: bool = False
+    endpoint: str = "chat"  # what usage and receipts name it: chat, or grounding for a judge's question
 
     def rendered_tools(self) -> list[dict[str, Any]] | None:
         return self.tools.rendered_tools() if self.tools else None
@@ -224,6 +225,7 @@ class InferenceService:
                     image_tokens=parts["image"],
                     audio_tokens=parts["audio"],
                     fingerprint=_fingerprint(encoded.plan.last_user_text(), encoded),
+                    endpoint=request.endpoint,
                     trace_id=trace_id_of(),
                 )
             )
@@ -250,6 +252,8 @@ class InferenceService:
             tools=request.tools,
             question=encoded.plan.last_user_text(),
             media=tuple((m.item.param, m.raw) for m in probed),
+            messages=tuple(request.messages),
+            endpoint=request.endpoint,
             ticket=ticket,
             span=engine_span,
         )

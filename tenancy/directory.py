@@ -32,6 +32,7 @@ KEY_PREFIX = "sk-tsr-"
 
 # How a tenant's answers are checked for grounding (grounding.guardrail implements them).
 GROUNDING_POLICIES = ("off", "score", "flag", "block")
+GROUNDING_EVIDENCE = ("label_head", "judge", "both")
 MAX_RETENTION_DAYS = 3650  # stored responses are kept at most ten years
 
 
@@ -180,16 +181,16 @@ class Directory:
             "tier",
             "grounding_policy",
             "grounding_threshold",
+            "grounding_evidence",
             "store_responses",
             "response_retention_days",
         }
         unknown = set(fields) - allowed
         if unknown:
             raise InvalidRequest(f"unknown quota fields {sorted(unknown)}", code="invalid_quota")
-        if "grounding_policy" in fields and fields["grounding_policy"] not in GROUNDING_POLICIES:
-            raise InvalidRequest(
-                f"grounding_policy must be one of {', '.join(GROUNDING_POLICIES)}", code="invalid_quota"
-            )
+        for name, choices in (("grounding_policy", GROUNDING_POLICIES), ("grounding_evidence", GROUNDING_EVIDENCE)):
+            if name in fields and fields[name] not in choices:
+                raise InvalidRequest(f"{name} must be one of {', '.join(choices)}", code="invalid_quota")
         retention = fields.get("response_retention_days")
         if retention is not None and not (isinstance(retention, int) and 1 <= retention <= MAX_RETENTION_DAYS):
             raise InvalidRequest(f"response_retention_days must lie in [1, {MAX_RETENTION_DAYS}]", code="invalid_quota")

@@ -90,12 +90,13 @@ def _receipt(row: InferenceRequest) -> dict[str, Any]:
         "total_latency_ms": row.total_latency_ms,
         "cost_micros": row.cost_micros,
         "priority": row.priority,  # batch: billed at the model's batch share of the prices
-        "endpoint": row.endpoint,  # chat | embeddings | transcriptions | translations
+        "endpoint": row.endpoint,  # chat | embeddings | transcriptions | translations | grounding
         "trace_id": row.trace_id,  # the request's OpenTelemetry trace, when the server exports traces
         "audio_seconds": row.audio_ms / 1000,  # a transcription's audio, billed per second
         "cached": row.cached_audio_ms > 0 and row.cached_audio_ms >= row.audio_ms,  # from the results cache
         "grounding_score": row.grounding_score,
         "grounding_unsupported": row.grounding_unsupported,
+        "grounding_checked": row.grounding_checked,  # each claim, the evidence that spoke to it, and its verdict
         "grounding_passed": row.grounding_passed,
         "question_kind": row.question_kind,
         "feedback": row.feedback,

@@ -27,7 +27,7 @@ from billing.prices import PriceBook, billable
 from serving.errors import PermissionDenied, QuotaExceeded, RateLimited
 from serving.policy import CallerIdentity, QuotaHold
 from serving.record import TokenUsage
-from tenancy.directory import Principal, TenantQuota
+from tenancy.directory import Directory, Principal, TenantQuota
 from tenancy.limits import Limits, RateLimiter, Reservation
 from tenancy.metering import spent_this_month
 
@@ -108,11 +108,15 @@ class TenantHold:
 class TenantPolicy:
     """A principal's policy for one request. With `batch_line` (the line's fixed request id) it is a batch line's:
     billed at the batch price and counted in the monthly budgets, but not in the tokens-per-minute or
-    concurrency limits, which protect interactive traffic."""
+    concurrency limits, which protect interactive traffic. With `judge_call` (its fixed request id) it is a
+    grounding judge's question about one of the tenant's answers (grounding.judge): billed at the interactive
+    price and counted in the monthly budgets, but not in the rate limits (a tenant at its limit must not block
+    the check of its own answer), and never scored itself."""
 
     principal: Principal
     gate: QuotaGate
     batch_line: str | None = None
+    judge_call: str | None = None
 
     @property
     def identity(self) -> CallerIdentity:
@@ -120,29 +124,45 @@ class TenantPolicy:
         identity = CallerIdentity(self.principal.tenant_id, self.principal.key_id)
         if quota is not None:
             identity = dataclasses.replace(
-                identity, grounding_policy=quota.grounding_policy, grounding_threshold=quota.grounding_threshold
+                identity,
+                grounding_policy=quota.grounding_policy,
+                grounding_threshold=quota.grounding_threshold,
+                grounding_evidence=quota.grounding_evidence,
             )
         if self.batch_line is not None:
             identity = dataclasses.replace(identity, priority="batch", request_id=self.batch_line)
+        if self.judge_call is not None:
+            identity = dataclasses.replace(identity, grounding_policy="off", request_id=self.judge_call)
         return identity
+
+    def judging(self, request_id: str) -> TenantPolicy:
+        """This principal's policy for a judge call with the request id `request_id`."""
+        return dataclasses.replace(self, batch_line=None, judge_call=request_id)
 
     @property
     def cache_salt(self) -> str:
         return cache_salt(self.principal)
 
-    def check_model(self, model: str) -> None:
+    def _check_model(self, model: str) -> None:
         if not self.principal.may_use(model):
             raise PermissionDenied(
                 f"this API key may not use the model '{model}'", param="model", code="model_not_allowed"
             )
 
     async def precheck(self) -> None:
-        if self.batch_line is None:
+        if self.batch_line is None and self.judge_call is None:
             await self.gate.precheck(self.principal)
+
+    def check_model(self, model: str) -> None:
+        if self.judge_call is None:
+            self._check_model(model)  # the judge pool is the operator's choice, not the key's
 
     async def reserve(self, model: str, worst: TokenUsage) -> QuotaHold:
         self.check_model(model)
-        return await self.gate.reserve(self.principal, model, worst, batch=self.batch_line is not None)
+        batch = self.batch_line is not None
+        return await self.gate.reserve(
+            self.principal, model, worst, batch=batch, rate_limited=not batch and self.judge_call is None
+        )
 
 
 class QuotaGate:
@@ -193,14 +213,17 @@ class QuotaGate:
                 limits=limits,
             )
 
-    async def reserve(self, principal: Principal, model: str, worst: TokenUsage, *, batch: bool = False) -> TenantHold:
-        """Reserves `worst` against the tenant's monthly budgets and (unless `batch`) its rate limits."""
+    async def reserve(
+        self, principal: Principal, model: str, worst: TokenUsage, *, batch: bool = False, rate_limited: bool = True
+    ) -> TenantHold:
+        """Reserves `worst` against the tenant's monthly budgets (priced at the batch price with `batch`) and, when
+        `rate_limited` and not `batch`, its rate limits."""
         quota = principal.quota
         if principal.tenant_id is None or quota is None:
             return TenantHold(self, None)
         tokens = worst.total
         budget = await self._reserve_budget(principal.tenant_id, quota, model, worst, batch=batch)
-        if batch:
+        if batch or not rate_limited:
             return TenantHold(self, None, {}, budget)
         try:
             decision = await self._limiter.reserve(
@@ -305,3 +328,18 @@ class QuotaGate:
             self._month[tenant_id] = (now + self._budget_cache_s, tokens, cost)
             return tokens, cost
         return cached[1], cached[2]
+
+
+def judge_callers(
+    directory: Directory, gate: QuotaGate
+) -> Callable[[CallerIdentity, str], Awaitable[TenantPolicy | None]]:
+    """The caller policy of a grounding judge's question about an answer of `identity`'s key: the key's principal
+    as it is now (None once the key is gone), judging (`TenantPolicy.judging`)."""
+
+    async def caller(identity: CallerIdentity, request_id: str) -> TenantPolicy | None:
+        if identity.key_id is None:
+            return None
+        principal = await asyncio.to_thread(directory.by_key_id, identity.key_id)
+        return None if principal is None else gate.policy(principal).judging(request_id)
+
+    return caller

@@ -183,7 +183,7 @@ class UsageJournal:
             trace_id=opened.trace_id,
         )
         with Session(self._db) as s:
-            if opened.caller.request_id is not None:  # a batch line run again: its earlier run's row is taken over
+            if opened.caller.batch_line:  # a batch line run again: its earlier run's row is taken over
                 earlier = s.get(InferenceRequest, opened.request_id, with_for_update=True)
                 if earlier is not None and earlier.status != RUNNING:
                     raise RuntimeError(f"{opened.request_id} was settled already")
@@ -197,7 +197,7 @@ class UsageJournal:
         """Settle the record's row, retrying; if every try fails, it stays queued for the heartbeat loop and
         this raises `Unavailable` (`metering_unavailable`): the request's usage is not on record yet. A batch
         line's record waits for `settle_batch_line`."""
-        if record.caller.request_id is not None:
+        if record.caller.batch_line:
             self._batch_lines[record.request_id] = record
             return
         for delay in (*self._retry_delays, None):

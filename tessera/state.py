@@ -29,6 +29,7 @@ from billing.prices import PriceBook
 from billing.stripe_meters import StripeMeters
 from billing.worker import OutboxWorker
 from config.settings import Settings
+from grounding.judge import Judge
 from grounding.service import GroundingService
 from jobs.runner import Claimed, JobRunner
 from serving.background import BackgroundTasks
@@ -53,7 +54,7 @@ from storage.responses import ResponseStore
 from storage.transcripts import TranscriptStore
 from tenancy.directory import Directory
 from tenancy.limits import InProcessLimiter, RateLimiter, RedisLimiter
-from tenancy.quotas import QuotaGate
+from tenancy.quotas import QuotaGate, judge_callers
 from tenancy.revocations import ChangeFeed
 from tenancy.store import open_database
 from tenancy.usage_log import UsageJournal
@@ -142,6 +143,32 @@ def setup_tenancy(settings: Settings, db: Engine) -> tuple[Directory, str | None
     return directory, key, fresh
 
 
+def _grounding(
+    settings: Settings,
+    db: Engine,
+    tasks: BackgroundTasks,
+    metrics: ServerMetrics,
+    pools: PoolRegistry,
+    bus: CompletionBus,
+    stack: AsyncExitStack,
+) -> GroundingService | None:
+    """The grounding service, subscribed to completion records (None when grounding is off or its models are
+    missing); its judge is attached once the inference service exists."""
+    if not settings.grounding:
+        return None
+    grounding = GroundingService.create(
+        db,
+        tasks,
+        registry=metrics.registry,
+        transcript_hint=settings.grounding_transcript_hint,
+        checkpoints=[p.audio.checkpoint for p in sorted(pools.pools, key=lambda p: -p.strength) if p.audio],
+    )
+    if grounding is not None:
+        bus.subscribe(grounding)
+        stack.callback(grounding.close)
+    return grounding
+
+
 @asynccontextmanager
 async def build_state(settings: Settings, checkpoints: CheckpointResolver | None = None) -> AsyncIterator[AppState]:
     async with AsyncExitStack() as stack:
@@ -171,20 +198,7 @@ async def build_state(settings: Settings, checkpoints: CheckpointResolver | None
         stored_responses = ResponseStore(db, BlobStore(settings.resolved_files_dir() / "media"))
         files = FileStore(db, settings.resolved_files_dir() / "uploads")
         bus = CompletionBus(tasks, [metrics.record_completion], journal=journal)
-        grounding = (
-            GroundingService.create(
-                db,
-                tasks,
-                registry=metrics.registry,
-                transcript_hint=settings.grounding_transcript_hint,
-                checkpoints=[p.audio.checkpoint for p in sorted(pools.pools, key=lambda p: -p.strength) if p.audio],
-            )
-            if settings.grounding
-            else None
-        )
-        if grounding is not None:
-            bus.subscribe(grounding)
-            stack.callback(grounding.close)
+        grounding = _grounding(settings, db, tasks, metrics, pools, bus, stack)
         if settings.stripe_api_key:
             meters = StripeMeters(settings.stripe_api_key, settings.stripe_api_base)
             stack.push_async_callback(meters.aclose)
@@ -199,6 +213,8 @@ async def build_state(settings: Settings, checkpoints: CheckpointResolver | None
         )
         service = InferenceService(pipeline, MediaEncoder(ingest, cache), metrics, bus, tasks, gate=grounding)
         quotas = QuotaGate(limiter, db, prices=prices)
+        if grounding is not None:
+            grounding.judge = Judge(service, judge_callers(directory, quotas), model=settings.grounding_judge)
         background = functools.partial(
             run_background_response,
             directory=directory,

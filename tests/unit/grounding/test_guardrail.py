@@ -47,6 +47,7 @@ def test_the_threshold_decides_and_the_wire_form_says_why():
         "flagged": True,
         "claims": 2,
         "unsupported_claims": ["on Friday"],
+        "checked_claims": [],
         "regenerated": True,
     }
     assert "regenerated" not in PASS.wire()

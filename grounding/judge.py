@@ -1,0 +1,208 @@
+"""The judge: evidence from a model asked, per claim, a yes/no question about the request's media (POPE-style).
+
+For each checkable claim of an answer (grounding.checkable) and each medium of the request that can speak to it,
+the judge pool is asked "Is there a red square in the image? Answer yes or no." with the request's own
+conversation up to its last user turn, that turn's media kept in the client's order and its text replaced by the
+question. The claim's support is the judge's probability of "yes" against "no" at the first output token (its
+logprobs); it is supported at `threshold` or above. A claim both media can speak to is supported if either does.
+An answer with no checkable claim is asked about whole ("Is the following statement supported by the image: ...").
+
+Each question goes through the lease like any request (serving.service): admitted by KV budget, its media encoded
+once and then served from the embedding cache (the same content and tenant as the answered request), its usage
+written as a `grounding` line of the tenant's, with a request id derived from the answered one. Its caller policy
+(tenancy.quotas.TenantPolicy.judging) counts it in the monthly budgets but not in the rate limits, so a tenant at
+its concurrency limit does not block the check of its own answer, and its own answer is never scored. Where the
+judge pool is the pool that answered, the question shares the request's prefix (system prompt, earlier turns and
+media), so the engine's prefix cache serves it.
+
+The judge pool is a setting (`TESSERA_GROUNDING_JUDGE`); by default the strongest pool that takes every medium of
+the request. Without one, or where a pool takes none of a claim's media, the judge gives no evidence for it: no
+made-up score.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from grounding.checkable import CheckableClaim, Medium, checkable_claims
+from serving.engines.base import GenerationParams, TokenLogprob
+from serving.errors import TesseraError
+from serving.policy import CallerIdentity, CallerPolicy
+from serving.record import CompletionRecord
+
+logger = logging.getLogger(__name__)
+
+THRESHOLD = 0.5  # P(yes) at which a claim is supported; `tessera eval grounding` reports it per provider
+MAX_QUESTIONS = 8  # per answer: the first claims in its order, so a long answer costs a bounded judge time
+TOP_LOGPROBS = 10
+YES = frozenset({"yes", "y", "true", "correct"})
+NO = frozenset({"no", "n", "false", "incorrect"})
+CallerFactory = Callable[[CallerIdentity, str], Awaitable[CallerPolicy | None]]
+
+
+@dataclass(frozen=True)
+class JudgedClaim:
+    """One claim's judgement: the question asked per medium and the probability of yes, the best over media."""
+
+    claim: str
+    questions: tuple[str, ...]
+    p_yes: float | None  # None: the judge answered neither yes nor no
+    supported: bool | None  # None: no judgement
+
+    def wire(self) -> dict[str, Any]:
+        return {
+            "claim": self.claim,
+            "evidence": "judge",
+            "supported": self.supported,
+            "p_yes": None if self.p_yes is None else round(self.p_yes, 4),
+        }
+
+
+def yes_probability(logprob: TokenLogprob) -> float | None:
+    """P(yes) / (P(yes) + P(no)) over the first output token and its alternatives, or None when neither a yes
+    nor a no word is among them."""
+    seen = {logprob.token: logprob.logprob, **dict(logprob.top)}
+    yes = no = 0.0
+    for token, value in seen.items():
+        word = token.strip().strip(".,!").lower()
+        if word in YES:
+            yes += math.exp(value)
+        elif word in NO:
+            no += math.exp(value)
+    return None if yes + no == 0.0 else yes / (yes + no)
+
+
+@dataclass(frozen=True)
+class TextPart:
+    text: str
+    type: str = "text"
+
+
+@dataclass(frozen=True)
+class Turn:
+    """A message as serving takes them (serving.ingest.MessageLike)."""
+
+    role: str
+    content: Any
+
+
+def judge_messages(messages: Sequence[Any], question: str) -> list[Any]:
+    """The request's conversation (its messages as the client sent them) up to its last user turn, with that
+    turn's media parts kept in order and its text replaced by `question`: a prompt that shares the request's
+    prefix up to the media."""
+    last = max((i for i, m in enumerate(messages) if m.role == "user"), default=None)
+    if last is None:
+        return [Turn("user", question)]
+    content = messages[last].content
+    media = [p for p in content if getattr(p, "type", "text") != "text"] if isinstance(content, list) else []
+    return [*messages[:last], Turn("user", [*media, TextPart(question)] if media else question)]
+
+
+def judge_request_id(request_id: str, n: int) -> str:
+    """The request id of an answer's `n`th judge question: fixed by the answered request, so a receipt names it."""
+    return f"grnd-{hashlib.sha256(request_id.encode()).hexdigest()[:20]}-{n}"
+
+
+def whole_answer(answer: str) -> CheckableClaim:
+    """The claim an answer with no checkable claim is judged as: the whole answer."""
+    text = " ".join(answer.split())[:400]
+    return CheckableClaim("object", text, text)
+
+
+def question_for(claim: CheckableClaim, medium: Medium, whole: bool) -> str:
+    noun = "image" if medium == "image" else "audio clip"
+    asked = f'Is the following supported by the {noun}: "{claim.text}"?' if whole else claim.question(medium)
+    return f"{asked} Answer yes or no."
+
+
+class Judge:
+    """Asks the judge pool about each claim of an answer (see the module's docstring)."""
+
+    def __init__(
+        self,
+        service: Any,  # serving.service.InferenceService
+        callers: CallerFactory,
+        *,
+        model: str | None = None,
+        threshold: float = THRESHOLD,
+        max_questions: int = MAX_QUESTIONS,
+    ) -> None:
+        self._service = service
+        self._callers = callers
+        self._model = model
+        self.threshold = threshold
+        self._max_questions = max_questions
+
+    def pool_for(self, media: frozenset[str]) -> str | None:
+        """The judge pool for a request with `media`: the setting, else the strongest pool that takes them all."""
+        pools = self._service.pipeline.pools.pools
+        if self._model is not None:
+            return self._model if any(p.name == self._model for p in pools) else None
+        able = [p for p in pools if media <= set(p.modalities)]
+        return max(able, key=lambda p: p.strength).name if able else None
+
+    async def check(self, record: CompletionRecord) -> list[JudgedClaim] | None:
+        """Each checkable claim of the record's answer, judged against the request's media; None when there is no
+        judge for them (no pool takes the media, or the tenant is gone)."""
+        media = frozenset(record.modalities) - {"text"}
+        model = self.pool_for(media)
+        if not media or model is None or not record.messages:
+            return None
+        taken = set(next(p for p in self._service.pipeline.pools.pools if p.name == model).modalities)
+        claims = checkable_claims(record.answer)
+        whole = not claims
+        claims = (claims or [whole_answer(record.answer)])[: self._max_questions]
+        asks: list[tuple[int, str]] = []
+        for i, claim in enumerate(claims):
+            asks += [(i, question_for(claim, m, whole)) for m in claim.media() if m in media and m in taken]
+        if not asks:
+            return []
+        answers = await asyncio.gather(
+            *(self._ask(record, model, q, judge_request_id(record.request_id, n)) for n, (_, q) in enumerate(asks))
+        )
+        judged = []
+        for i, claim in enumerate(claims):
+            mine = [(q, p) for (at, q), p in zip(asks, answers, strict=True) if at == i]
+            if not mine:
+                continue  # no medium of this request can speak to it
+            known = [p for _, p in mine if p is not None]
+            best = max(known) if known else None
+            supported = None if best is None else best >= self.threshold
+            judged.append(JudgedClaim(claim.text, tuple(q for q, _ in mine), best, supported))
+        return judged
+
+    async def _ask(self, record: CompletionRecord, model: str, question: str, request_id: str) -> float | None:
+        from serving.service import GenerationRequest
+
+        caller = await self._callers(record.caller, request_id)
+        if caller is None:
+            return None
+        request = GenerationRequest(
+            model=model,
+            messages=judge_messages(record.messages, question),
+            params=GenerationParams(max_tokens=1, temperature=0.0, logprobs=TOP_LOGPROBS),
+            endpoint="grounding",
+        )
+        started = time.monotonic()
+        try:
+            completion = await self._service.start(request, caller)
+            async with completion:
+                first = await completion.first_delta()
+                async for _ in completion:
+                    pass
+            await completion.recorded()
+        except TesseraError as exc:
+            logger.warning("judge question %s about %s refused: %s", request_id, record.request_id, exc)
+            return None
+        if first is None or not first.logprobs:
+            return None
+        p_yes = yes_probability(first.logprobs[0])
+        logger.debug("judge %s: %r -> P(yes) %s in %.2fs", request_id, question, p_yes, time.monotonic() - started)
+        return p_yes

@@ -1,0 +1,69 @@
+"""The judge as grounding evidence on the live server: yes/no questions about the request's media, asked through
+the lease, metered to the tenant as grounding lines, scoring answers where the label head is switched off."""
+
+from __future__ import annotations
+
+import httpx
+
+from demo.world import Scene, Shape, png_bytes
+from grounding.judge import judge_request_id
+from tests import media
+from tests.admin import new_tenant
+from tests.openai_wire import openai_client
+
+
+def _image_turn(question: str) -> list[dict]:
+    scene = Scene(320, 240, (250, 250, 250), 0.0, 0, (Shape("square", "blue", "large", "centre", 160, 120, 60),))
+    parts = [
+        {"type": "image_url", "image_url": {"url": media.data_url(png_bytes(scene), "image/png")}},
+        {"type": "text", "text": question},
+    ]
+    return [{"role": "system", "content": "Answer in one sentence."}, {"role": "user", "content": parts}]
+
+
+def _receipt(server, key: str, request_id: str) -> dict:
+    got = httpx.get(f"{server.v1}/usage/{request_id}", headers={"authorization": f"Bearer {key}"}, timeout=30)
+    assert got.status_code == 200, got.text
+    return got.json()
+
+
+def test_judge_only_evidence_scores_an_image_answer_and_bills_its_questions(server):
+    key = new_tenant(server, "judge", grounding_policy="flag", grounding_evidence="judge", concurrent_requests=1)
+    client = openai_client(server.v1, key, timeout=180)
+    answer = client.chat.completions.create(
+        model="large", messages=_image_turn("What is in this image?"), max_tokens=16, temperature=0
+    )
+    verdict = answer.model_dump()["grounding"]
+    checked = verdict["checked_claims"]
+    assert checked, verdict
+    assert {c["evidence"] for c in checked} == {"judge"}
+    assert all(0.0 <= c["p_yes"] <= 1.0 and c["supported"] is (c["p_yes"] >= 0.5) for c in checked), checked
+    supported = sum(c["supported"] for c in checked)
+    assert verdict["claims"] == len(checked)
+    assert verdict["score"] == round(supported / len(checked), 4)
+    assert sorted(verdict["unsupported_claims"]) == sorted(c["claim"] for c in checked if not c["supported"])
+    # Each question is a grounding line of the tenant's, on the answering pool, its image from the embedding cache.
+    first = _receipt(server, key, judge_request_id(answer.id, 0))
+    assert (first["endpoint"], first["model"], first["status"]) == ("grounding", "large", "completed")
+    assert first["tokens"]["output"] == 1
+    assert first["tokens"]["image"] > 0
+    assert first["tokens"]["cached_image"] == first["tokens"]["image"]
+    assert first["grounding_score"] is None  # a judge's question is never scored itself
+    answered = _receipt(server, key, answer.id)
+    assert answered["endpoint"] == "chat"
+    assert answered["grounding_score"] == verdict["score"]
+
+
+def test_label_head_evidence_stays_the_default_and_asks_no_judge(server):
+    key = new_tenant(server, "label", grounding_policy="flag")
+    client = openai_client(server.v1, key, timeout=180)
+    answer = client.chat.completions.create(
+        model="large", messages=_image_turn("What shape and colour is in this image?"), max_tokens=16, temperature=0
+    )
+    checked = answer.model_dump()["grounding"]["checked_claims"]
+    assert checked
+    assert {c["evidence"] for c in checked} == {"label_head"}
+    missing = httpx.get(
+        f"{server.v1}/usage/{judge_request_id(answer.id, 0)}", headers={"authorization": f"Bearer {key}"}, timeout=30
+    )
+    assert missing.status_code == 404

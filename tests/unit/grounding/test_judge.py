@@ -1,0 +1,85 @@
+"""The judge's pieces that need no engine: P(yes) from logprobs, its prompt, its questions and the combined score."""
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from grounding.checkable import CheckableClaim
+from grounding.judge import JudgedClaim, judge_messages, judge_request_id, question_for, yes_probability
+from grounding.scorer import GroundingResult, combine
+from serving.engines.base import TokenLogprob
+
+
+@pytest.mark.parametrize(
+    ("token", "top", "expected"),
+    [
+        ("Yes", (("Yes", math.log(0.6)), ("No", math.log(0.2)), ("The", math.log(0.2))), 0.75),
+        (" no", ((" no", math.log(0.5)), (" yes", math.log(0.5))), 0.5),
+        ("YES.", (), 1.0),
+        ("The", (("The", math.log(0.9)), ("A", math.log(0.1))), None),
+    ],
+)
+def test_yes_probability_is_yes_over_yes_and_no(token, top, expected):
+    logprob = TokenLogprob(token, top[0][1] if top else 0.0, top)
+    assert yes_probability(logprob) == (None if expected is None else pytest.approx(expected))
+
+
+@dataclass
+class _Part:
+    type: str
+    text: str | None = None
+    image_url: Any = None
+
+
+@dataclass
+class _Message:
+    role: str
+    content: Any
+
+
+def test_the_judges_prompt_keeps_the_prefix_and_the_media_and_asks_instead():
+    system = _Message("system", "Be brief.")
+    image = _Part("image_url", image_url={"url": "data:image/png;base64,AAAA"})
+    user = _Message("user", [_Part("text", "What is shown?"), image])
+    later = _Message("assistant", "A square.")
+    turns = judge_messages([system, user, later], "Is there a red square in the image? Answer yes or no.")
+    assert turns[0] is system
+    assert turns[1].role == "user"
+    assert turns[1].content[0] is image
+    assert turns[1].content[1].text == "Is there a red square in the image? Answer yes or no."
+    assert len(turns) == 2  # nothing after the answered turn
+    assert judge_messages([_Message("user", "hi")], "Q?")[0].content == "Q?"
+
+
+def test_questions_and_request_ids():
+    claim = CheckableClaim("object", "a giraffe by the window", "giraffe", (), "by the window")
+    assert question_for(claim, "image", whole=False) == (
+        "Is there a giraffe by the window in the image? Answer yes or no."
+    )
+    whole = CheckableClaim("object", "It looks nice.", "It looks nice.")
+    assert question_for(whole, "audio", whole=True) == (
+        'Is the following supported by the audio clip: "It looks nice."? Answer yes or no.'
+    )
+    assert judge_request_id("chatcmpl-1", 0) == judge_request_id("chatcmpl-1", 0) != judge_request_id("chatcmpl-1", 1)
+
+
+def _judged(claim: str, p: float | None, threshold: float = 0.5) -> JudgedClaim:
+    return JudgedClaim(claim, (f"{claim}?",), p, None if p is None else p >= threshold)
+
+
+def test_combined_scores_count_every_claim_either_evidence_checked():
+    label = GroundingResult(0.5, 2, ("a blue star",), ({"claim": "a red circle", "supported": True},))
+    both = combine(label, [_judged("a giraffe", 0.1), _judged("the background", 0.9), _judged("a lamp", None)])
+    assert both is not None
+    assert (both.claims, both.score) == (4, 0.5)
+    assert both.unsupported == ("a blue star", "a giraffe")
+    assert [c["evidence"] for c in both.checked[1:]] == ["judge", "judge"]
+    judge_only = combine(None, [_judged("a giraffe", 0.2), _judged("a circle", 0.8)])
+    assert judge_only is not None
+    assert (judge_only.score, judge_only.unsupported) == (0.5, ("a giraffe",))
+    assert combine(None, [_judged("a lamp", None)]) is None  # no judgement: no made-up score
+    assert combine(label, None) is label
+    nothing_to_check = GroundingResult(1.0, 0, ())
+    assert combine(nothing_to_check, [_judged("a giraffe", 0.1)]).score == 0.0  # type: ignore[union-attr]
