@@ -96,6 +96,7 @@ def test_flag_carries_the_verdict_of_a_failed_answer_and_does_not_regenerate():
     assert answer.body == {"answered_by": "req-0"}
     assert answer.grounding() == {
         "score": 0.5, "threshold": 0.9, "passed": False, "flagged": True, "claims": 2, "unsupported_claims": ["a star"],
+        "checked_claims": [],
     }  # fmt: skip
     assert not answer.refused
     assert len(service.started) == 1
