@@ -7,8 +7,9 @@ import io
 import json
 import math
 import re
+import statistics
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +125,16 @@ def metric(base: str, name: str, **labels: str) -> float:
 def p99(values: list[float]) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
+
+
+def spread(values: Sequence[float], each: str) -> dict[str, Any]:
+    """The median of repeated runs' figures with its spread (min, max), and every run's figure under `each`."""
+    return {
+        "median": round(statistics.median(values), 3),
+        "min": round(min(values), 3),
+        "max": round(max(values), 3),
+        each: [round(v, 3) for v in values],
+    }
 
 
 # -- reports ------------------------------------------------------------------------------------------

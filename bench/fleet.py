@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from bench.common import BenchFailure, Progress, check_report, stamp, write_report
+from bench.common import BenchFailure, Progress, check_report, spread, stamp, write_report
 from bench.fleet_phase import print_phase, run_phase
 from bench.fleet_workload import FULL, MODEL, SMOKE, FleetSizes, describe, workload
 from bench.plot import draw_cdf, quantile
@@ -108,15 +108,6 @@ def prefix_pressure(sizes: FleetSizes, phase: dict[str, Any], capacities: Sequen
     }
 
 
-def spread(values: Sequence[float]) -> dict[str, Any]:
-    return {
-        "median": round(statistics.median(values), 3),
-        "min": round(min(values), 3),
-        "max": round(max(values), 3),
-        "per_round": [round(v, 3) for v in values],
-    }
-
-
 def verdict(rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Each round's picker / round-robin TTFT ratios (overall), and the target judged on their medians."""
     ratios: dict[str, list[float]] = {"ttft_p50": [], "ttft_p99": []}
@@ -127,7 +118,7 @@ def verdict(rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
     p50, p99 = statistics.median(ratios["ttft_p50"]), statistics.median(ratios["ttft_p99"])
     met = p99 <= TARGET_P99_RATIO and p50 <= TARGET_P50_RATIO
     return {
-        "ratios": {f"{name}_picker_over_round_robin": spread(values) for name, values in ratios.items()},
+        "ratios": {f"{name}_picker_over_round_robin": spread(values, "per_round") for name, values in ratios.items()},
         "target": {
             "ttft_p99_ratio_max": TARGET_P99_RATIO,
             "ttft_p50_ratio_max": TARGET_P50_RATIO,

@@ -15,7 +15,6 @@ goodput, the ratio of Tessera's to the bare engine's, and their medians over the
 from __future__ import annotations
 
 import asyncio
-import statistics
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -23,7 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bench.common import BenchFailure, Progress, check_report, stamp, write_report
+from bench.common import BenchFailure, Progress, check_report, spread, stamp, write_report
 from bench.fleet_phase import latency_summary, open_loop, tenant_keys, warm_up
 from bench.fleet_workload import FleetSizes, workload
 from bench.replicas import Replica
@@ -133,23 +132,19 @@ def _one_repeat(settings: Settings, ladder: Ladder, progress: Progress) -> dict[
     return {"seed": ladder.seed, "servers": servers, "goodput_ratio": ratio}
 
 
-def _spread(values: Sequence[float]) -> dict[str, Any]:
-    return {
-        "median": statistics.median(values),
-        "min": min(values),
-        "max": max(values),
-        "per_repeat": list(values),
-    }
-
-
 def summarise(repeats: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Each server's goodput and the ratio, per workload: the median over the repeats with the spread."""
     return {
         "goodput_rps": {
-            server: {name: _spread([r["servers"][server][name]["goodput_rps"] for r in repeats]) for name in WORKLOADS}
+            server: {
+                name: spread([r["servers"][server][name]["goodput_rps"] for r in repeats], "per_repeat")
+                for name in WORKLOADS
+            }
             for server in ("vllm", "tessera")
         },
-        "goodput_ratio": {name: _spread([r["goodput_ratio"][name] for r in repeats]) for name in WORKLOADS},
+        "goodput_ratio": {
+            name: spread([r["goodput_ratio"][name] for r in repeats], "per_repeat") for name in WORKLOADS
+        },
     }
 
 
