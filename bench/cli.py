@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -108,5 +109,10 @@ def run_bench(args: argparse.Namespace) -> None:
                 redis_url=args.redis_url or DEFAULT_REDIS_URL,
             )
     except BenchFailure as exc:
-        notes = "".join(f"\n{n}" for n in getattr(exc, "__notes__", []))
-        raise SystemExit(f"bench {args.bench_command} failed: {exc}{notes}") from exc
+        # The notes (a server log's tail) come first and the reason last, so the reason is the last line a
+        # build log shows.
+        notes = "".join(f"{n}\n" for n in getattr(exc, "__notes__", []))
+        raise SystemExit(f"{notes}bench {args.bench_command} failed: {exc}") from exc
+    except Exception as exc:
+        traceback.print_exception(exc)  # with the server log's tail as its note
+        raise SystemExit(f"bench {args.bench_command} failed: {type(exc).__name__}: {exc}") from exc

@@ -48,8 +48,11 @@ def train_demo(args: argparse.Namespace) -> None:
         raise SystemExit(f"error: --mix-weights: {exc}") from None
     if args.enlarge_share is not None and not 0.0 <= args.enlarge_share <= 1.0:
         raise SystemExit(f"error: --enlarge-share must lie in [0, 1], got {args.enlarge_share}")
-    if args.lone_share is not None and not 0.0 <= args.lone_share <= 1.0:
-        raise SystemExit(f"error: --lone-share must lie in [0, 1], got {args.lone_share}")
+    for flag, share in (("--lone-share", args.lone_share), ("--free-share", args.free_share)):
+        if share is not None and not 0.0 <= share <= 1.0:
+            raise SystemExit(f"error: {flag} must lie in [0, 1], got {share}")
+    if args.verify_share is not None and not 0.0 <= args.verify_share <= 1.0:
+        raise SystemExit(f"error: --verify-share must lie in [0, 1], got {args.verify_share}")
     if args.spread_beyond is not None and args.spread_beyond < 0:
         raise SystemExit(f"error: --spread-beyond must be 0 or more, got {args.spread_beyond}")
     if args.audio_variety is not None and not 0.0 <= args.audio_variety <= 1.0:
@@ -71,6 +74,8 @@ def train_demo(args: argparse.Namespace) -> None:
         ("joint_mix", joint_mix),
         ("enlarge_share", args.enlarge_share),
         ("joint_lone_share", args.lone_share),
+        ("joint_free_share", args.free_share),
+        ("joint_verify_share", args.verify_share),
         ("spread_beyond", args.spread_beyond),
         ("audio_variety", args.audio_variety),
         ("lr", args.lr),
@@ -161,6 +166,19 @@ def add_models_parser(sub: Any) -> None:
         default=None,
         help="Share of the joint stage's image items asked about one large shape drawn up to 3 times bigger "
         "(default 0).",
+    )
+    train.add_argument(
+        "--free-share",
+        type=float,
+        default=None,
+        help="Share of the joint stage's images drawn as free layouts: 1-4 shapes anywhere, up to 3 times the "
+        "world's large size (default 0).",
+    )
+    train.add_argument(
+        "--verify-share",
+        type=float,
+        default=None,
+        help="Share of the joint stage's items asked the grounding judge's yes/no questions instead (default 0).",
     )
     train.add_argument(
         "--spread-beyond",

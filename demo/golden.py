@@ -8,8 +8,13 @@ Seeds. Item `i` of a set is drawn from `numpy.random.default_rng([set_seed, mix_
 regenerated from the set seed alone. The committed sets use seeds that training must never use:
 - `HELDOUT_SEED` (20261211): demo/golden/heldout.jsonl, 300 image, 300 audio and 150 image+audio items;
 - `SMOKE_SEED` (20261212): demo/golden/smoke.jsonl, 6 image (one per kind), 6 audio and 2 image+audio
-  items, for `--smoke` runs.
-`training_items(seed)` refuses both. `tessera eval golden` rewrites the files, `--check` compares them.
+  items, for `--smoke` runs;
+- `FREE_SEED` (20261213): demo/golden/free.jsonl, 200 items per mix whose images are free layouts (shapes
+  anywhere, of any size up to three times the world's large; demo.world `sample_free_scene`), fixed before any
+  training saw a free layout;
+- `CALIBRATION_SEED` (20261214): demo/golden/calibration.jsonl, 60 items per mix, half of the images free
+  layouts: the split thresholds are chosen on, never a held-out set.
+`training_items(seed)` refuses them all. `tessera eval golden` rewrites the files, `--check` compares them.
 Question kinds are cycled (item `i` asks kind `i mod 6`) and yes/no answers alternate, so every slice is balanced.
 """
 
@@ -24,19 +29,26 @@ from typing import Any
 import numpy as np
 
 from demo.speech import SOUNDS, Clip, number_word, render_clip, sample_clip
-from demo.world import COLOURS, SHAPES, Scene, render_scene, sample_scene
+from demo.world import COLOURS, SHAPES, Scene, render_scene, sample_free_scene, sample_scene
 from grounding.claims import article
 from grounding.questions import AUDIO_KINDS, IMAGE_KINDS
 
 HELDOUT_SEED = 20261211
 SMOKE_SEED = 20261212
-RESERVED_SEEDS = frozenset({HELDOUT_SEED, SMOKE_SEED})
+FREE_SEED = 20261213
+CALIBRATION_SEED = 20261214
+RESERVED_SEEDS = frozenset({HELDOUT_SEED, SMOKE_SEED, FREE_SEED, CALIBRATION_SEED})
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
 MIXES = ("image", "audio", "image+audio")
-SETS: dict[str, tuple[int, dict[str, int]]] = {
-    "heldout": (HELDOUT_SEED, {"image": 300, "audio": 300, "image+audio": 150}),
-    "smoke": (SMOKE_SEED, {"image": 6, "audio": 6, "image+audio": 2}),
+LAYOUTS = ("world", "free", "mixed")  # the world's anchored layouts, free layouts, or each item either at random
+# name: (seed, items per mix, layout)
+SETS: dict[str, tuple[int, dict[str, int], str]] = {
+    "heldout": (HELDOUT_SEED, {"image": 300, "audio": 300, "image+audio": 150}, "world"),
+    "smoke": (SMOKE_SEED, {"image": 6, "audio": 6, "image+audio": 2}, "world"),
+    "free": (FREE_SEED, {"image": 200, "audio": 200, "image+audio": 200}, "free"),
+    "calibration": (CALIBRATION_SEED, {"image": 60, "audio": 60, "image+audio": 60}, "mixed"),
 }
+HELDOUT_SETS = ("heldout", "free")
 
 IMAGE_WORDINGS: dict[str, tuple[str, ...]] = {
     "which_shapes": (
@@ -262,8 +274,17 @@ def _clip_for(kind: str, rng: np.random.Generator) -> Clip:
     return sample_clip(rng, kind=None if rng.random() < 0.5 else SOUNDS[int(rng.integers(len(SOUNDS)))])
 
 
-def make_item(item_id: str, seed: int, mix: str, index: int) -> GoldenItem:
-    """Item `index` of its mix: the question kind cycles with `index`, the rest is drawn from `seed`."""
+def draw_scene(rng: np.random.Generator, layout: str) -> Scene:
+    """A scene of `layout` (LAYOUTS); "mixed" draws a free layout half of the time."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, not {layout!r}")
+    free = layout == "free" or (layout == "mixed" and rng.random() < 0.5)
+    return sample_free_scene(rng) if free else sample_scene(rng)
+
+
+def make_item(item_id: str, seed: int, mix: str, index: int, layout: str = "world") -> GoldenItem:
+    """Item `index` of its mix: the question kind cycles with `index`, the rest is drawn from `seed`; its image
+    (if any) is a scene of `layout`."""
     if mix not in MIXES:
         raise ValueError(f"mix must be one of {MIXES}, not {mix!r}")
     rng = np.random.default_rng(seed)
@@ -271,7 +292,7 @@ def make_item(item_id: str, seed: int, mix: str, index: int) -> GoldenItem:
     kinds = IMAGE_KINDS if target == "image" else AUDIO_KINDS
     kind = kinds[(index // (2 if mix == "image+audio" else 1)) % len(kinds)]
     yes = (index // (len(kinds) * (2 if mix == "image+audio" else 1))) % 2 == 0
-    scene = sample_scene(rng) if "image" in mix else None
+    scene = draw_scene(rng, layout) if "image" in mix else None
     clip = _clip_for(kind, rng) if target == "audio" else (sample_clip(rng) if "audio" in mix else None)
     facts: dict[str, Any] = {}
     if target == "image" and scene is not None:
@@ -294,11 +315,13 @@ def _item_seed(set_seed: int, mix: str, index: int) -> int:
     return int(np.random.SeedSequence([set_seed, MIXES.index(mix), index]).generate_state(1)[0])
 
 
-def generate_items(set_seed: int, counts: dict[str, int], prefix: str) -> list[GoldenItem]:
+def generate_items(set_seed: int, counts: dict[str, int], prefix: str, layout: str = "world") -> list[GoldenItem]:
     items: list[GoldenItem] = []
     for mix, count in counts.items():
         tag = mix.replace("image", "img").replace("audio", "aud").replace("+", "")
-        items.extend(make_item(f"{prefix}-{tag}-{i:04d}", _item_seed(set_seed, mix, i), mix, i) for i in range(count))
+        items.extend(
+            make_item(f"{prefix}-{tag}-{i:04d}", _item_seed(set_seed, mix, i), mix, i, layout) for i in range(count)
+        )
     return items
 
 
@@ -315,8 +338,8 @@ def training_items(seed: int, mixes: tuple[str, ...] = MIXES, count: int | None 
 
 
 def golden_set(name: str) -> list[GoldenItem]:
-    seed, counts = SETS[name]
-    return generate_items(seed, counts, name)
+    seed, counts, layout = SETS[name]
+    return generate_items(seed, counts, name, layout)
 
 
 def write_items(path: Path, items: list[GoldenItem]) -> None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from demo.answers import check_answer
-from demo.golden import GOLDEN_DIR, GoldenItem, read_items
+from demo.golden import GOLDEN_DIR, HELDOUT_SETS, GoldenItem, read_items
 from demo.speech import wav_bytes
 from demo.world import png_bytes
+from demo.wrong_answers import one_fact_changed
 from grounding.eval import EvalSuite
 
 
@@ -16,4 +19,16 @@ def golden_suite() -> EvalSuite[GoldenItem]:
     def audio_wav(item: GoldenItem) -> bytes:
         return wav_bytes(item.audio())
 
-    return EvalSuite(sets=GOLDEN_DIR, read=read_items, image_png=image_png, audio_wav=audio_wav, judge=check_answer)
+    def wrong_answer(item: GoldenItem) -> str:
+        # seeded by the item, so every run forces the same wrong answers
+        return one_fact_changed(item, np.random.default_rng(item.seed))
+
+    return EvalSuite(
+        sets=GOLDEN_DIR,
+        read=read_items,
+        image_png=image_png,
+        audio_wav=audio_wav,
+        judge=check_answer,
+        wrong_answer=wrong_answer,
+        heldout=frozenset(HELDOUT_SETS),
+    )

@@ -12,6 +12,11 @@ Layout rules that keep the questions answerable:
   shape reaches further than 1.2 radii from its centre, so no two shapes overlap and none leaves the image;
 - width and height are each 64-1024 px with an aspect ratio of at most 3:1: in a thinner strip "top" and
   "centre" would sit a few pixels apart and stop being visually distinct.
+
+Free layouts (`sample_free_scene`) are pictures as people draw them: one to four shapes anywhere in the frame,
+radii from a little under the world's small to three times its large, tinted light backgrounds and stronger noise.
+A shape's position is the region its centre lies in (`region_of`, the rule the label head's detections are read
+by), and a centre near a region's edge is drawn again, so "where" still has one answer.
 """
 
 from __future__ import annotations
@@ -147,6 +152,89 @@ def sample_scene(rng: np.random.Generator, *, n_shapes: int | None = None) -> Sc
         noise_seed=int(rng.integers(2**31)),
         shapes=tuple(shapes),
     )
+
+
+# Free layouts: radius bands (of the shorter side) of a "small" and a "large" shape; the large band's top shrinks
+# with the number of shapes, so four shapes still fit apart.
+FREE_SMALL = (0.045, 0.07)
+FREE_LARGE = (0.10, 0.33)
+FREE_MAX_NOISE_SIGMA = 12.0
+CENTRE_BAND = 0.17  # half-width of the centre region, as a fraction of each side
+REGION_MARGIN = 0.04  # how far inside its region a free shape's centre lies
+
+
+def region_of(x: float, y: float) -> str:
+    """The position word of a point (fractions of the width and height): the centre band, else the side the point
+    leans to most."""
+    dx, dy = x - 0.5, y - 0.5
+    if abs(dx) < CENTRE_BAND and abs(dy) < CENTRE_BAND:
+        return "centre"
+    if abs(dx) >= abs(dy):
+        return "left" if dx < 0 else "right"
+    return "top" if dy < 0 else "bottom"
+
+
+def _clearly_in_region(x: float, y: float) -> bool:
+    """Whether the point stays in its region when moved by up to REGION_MARGIN either way."""
+    m = REGION_MARGIN
+    corners = {region_of(x + a, y + b) for a in (-m, 0.0, m) for b in (-m, 0.0, m)}
+    return len(corners) == 1
+
+
+def _free_shape(
+    rng: np.random.Generator, kind: str, count: int, width: int, height: int, placed: list[Shape]
+) -> Shape | None:
+    """One shape placed anywhere it fits apart from `placed`, in a region none of them holds; None after 200
+    tries."""
+    short = min(width, height)
+    taken = {s.position for s in placed}
+    for _ in range(200):
+        size = SIZES[int(rng.integers(len(SIZES)))]
+        low, high = FREE_SMALL if size == "small" else (FREE_LARGE[0], max(0.12, FREE_LARGE[1] / math.sqrt(count)))
+        radius = max(3, round(float(rng.uniform(low, high)) * short))
+        reach = MAX_REACH * radius + 1
+        if 2 * reach >= min(width, height):
+            continue
+        cx, cy = float(rng.uniform(reach, width - reach)), float(rng.uniform(reach, height - reach))
+        position = region_of(cx / width, cy / height)
+        if position in taken or not _clearly_in_region(cx / width, cy / height):
+            continue
+        if any(math.hypot(cx - s.cx, cy - s.cy) < MAX_REACH * (radius + s.radius) + 2 for s in placed):
+            continue
+        colour = COLOURS[int(rng.integers(len(COLOURS)))]
+        return Shape(kind, colour, size, position, round(cx), round(cy), radius)
+    return None
+
+
+def sample_free_scene(rng: np.random.Generator, *, n_shapes: int | None = None) -> Scene:
+    """A free-layout scene: 1-4 shapes (or `n_shapes`) of distinct kinds anywhere in the frame, in distinct
+    regions, none overlapping another or the frame's edge."""
+    count = n_shapes if n_shapes is not None else int(rng.integers(1, len(SHAPES) + 1))
+    if not 1 <= count <= len(SHAPES):
+        raise ValueError(f"a scene holds 1-{len(SHAPES)} shapes, not {count}")
+    for _ in range(100):
+        width, height = _image_size(rng)
+        kinds = [SHAPES[int(k)] for k in rng.choice(len(SHAPES), size=count, replace=False)]
+        shapes: list[Shape] = []
+        for kind in kinds:
+            shape = _free_shape(rng, kind, count, width, height, shapes)
+            if shape is None:
+                break
+            shapes.append(shape)
+        if len(shapes) == count:
+            base = int(rng.integers(215, 256))
+            tint = rng.integers(-10, 11, size=3)
+            background = tuple(int(np.clip(base + t, 205, 255)) for t in tint)
+            noisy = bool(rng.random() < 0.6)
+            return Scene(
+                width=width,
+                height=height,
+                background=(background[0], background[1], background[2]),
+                noise_sigma=round(float(rng.uniform(2.0, FREE_MAX_NOISE_SIGMA)), 2) if noisy else 0.0,
+                noise_seed=int(rng.integers(2**31)),
+                shapes=tuple(shapes),
+            )
+    raise RuntimeError(f"no free layout of {count} shapes fitted in 100 frames")
 
 
 def _outline(shape: Shape) -> list[tuple[float, float]]:

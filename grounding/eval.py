@@ -10,11 +10,9 @@ server attaches one (a `grounding` object with `flagged` or `passed`, on the com
 
 from __future__ import annotations
 
-import argparse
 import base64
+import functools
 import json
-import os
-import sys
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
@@ -22,14 +20,18 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
-from grounding.eval_metrics import GATE, EvalFailure, ItemResult, check_well_formed, gate, summarise
-from grounding.report import cell, render_html
+from grounding.eval_forced import calibrate_judge, forced_figures, forced_items, run_forced, usable_forced
+from grounding.eval_metrics import GATE, ItemResult, gate, summarise
+from grounding.eval_verdicts import guardrail_details, guardrail_flag, verdict_evidence
+from grounding.report import render_html
 
 Progress = Callable[[str], None]
 DEFAULT_MODEL, SMOKE_MODEL = "large", "small"
 DEFAULT_MAX_TOKENS, SMOKE_MAX_TOKENS = 96, 16
 DEFAULT_BUDGET_S, SMOKE_BUDGET_S = 4 * 3600.0, 600.0
 REQUEST_TIMEOUT_S = 300.0
+DEFAULT_FORCED, SMOKE_FORCED = 300, 3  # items whose right and wrong answers are forced
+FORCED_MAX_TOKENS = 160  # room for the longest forced answer (a scene of four shapes described)
 
 
 class Server(Protocol):
@@ -37,7 +39,7 @@ class Server(Protocol):
     key: str
 
 
-Launcher = Callable[..., AbstractContextManager[Server]]  # (models, progress, guardrail=policy)
+Launcher = Callable[..., AbstractContextManager[Server]]  # (models, progress, guardrail=policy, evidence=...)
 
 
 class EvalItem(Protocol):
@@ -86,6 +88,8 @@ class EvalSuite(Generic[Item]):
     image_png: Callable[[Item], bytes | None]  # None: the item has no image to send (an empty URL goes)
     audio_wav: Callable[[Item], bytes]
     judge: Callable[[Item, str], Judgement]
+    wrong_answer: Callable[[Item], str] | None = None  # the item's answer with one fact changed (eval_forced)
+    heldout: frozenset[str] = frozenset()  # names of the held-out sets (file stems): never calibrated on
 
     def default_set(self, smoke: bool) -> Path:
         return self.sets / ("smoke.jsonl" if smoke else "heldout.jsonl")
@@ -106,46 +110,19 @@ def request_messages(item: EvalItem, suite: EvalSuite[Any]) -> list[dict[str, An
     return [{"role": "user", "content": parts}]
 
 
-def _grounding_object(completion: dict[str, Any]) -> dict[str, Any] | None:
-    choices = completion.get("choices") or [{}]
-    for holder in (choices[0], completion):
-        verdict = holder.get("grounding")
-        if isinstance(verdict, dict):
-            return verdict
-    return None
-
-
-def guardrail_flag(completion: dict[str, Any]) -> bool | None:
-    """True when the server's grounding guardrail failed the answer, False when it passed it, None if silent."""
-    verdict = _grounding_object(completion) or {}
-    if isinstance(verdict.get("flagged"), bool):
-        return bool(verdict["flagged"])
-    if isinstance(verdict.get("passed"), bool):
-        return not verdict["passed"]
-    choices = completion.get("choices") or [{}]
-    return True if (choices[0].get("message") or {}).get("refusal") else None
-
-
-def guardrail_details(completion: dict[str, Any]) -> tuple[list[str] | None, float | None]:
-    """The claims the server's guardrail found unsupported and the answer's score, each None when not given."""
-    verdict = _grounding_object(completion) or {}
-    claims, score = verdict.get("unsupported_claims"), verdict.get("score")
-    return (
-        [str(c) for c in claims] if isinstance(claims, list) else None,
-        float(score) if isinstance(score, int | float) else None,
-    )
-
-
 def _result(
     suite: EvalSuite[Any],
     item: EvalItem,
     model: str,
     answer: str,
-    flagged: bool | None,
     latency: float,
     error: str | None,
-    details: tuple[list[str] | None, float | None] = (None, None),
+    completion: dict[str, Any] | None = None,
+    forced: str | None = None,
 ) -> ItemResult:
+    data = completion or {}
+    details = guardrail_details(data)
+    evidence_scores, threshold, checked = verdict_evidence(data)
     verdict = suite.judge(item, answer)
     problems = [f"request failed: {error}"] if error else list(verdict.problems)
     return ItemResult(
@@ -163,30 +140,53 @@ def _result(
         hallucinated=sorted(verdict.hallucinated),
         yes_no=verdict.yes_no,
         expected=item.facts.get("expected") if item.kind == "exists" else None,
-        flagged=flagged,
+        flagged=guardrail_flag(data) if completion is not None else None,
         latency_s=round(latency, 3),
         error=error,
         unsupported=details[0],
         score=details[1],
+        evidence_scores=evidence_scores,
+        threshold=threshold,
+        checked=checked,
+        forced=forced,
     )
 
 
-def ask(client: Any, suite: EvalSuite[Any], model: str, item: EvalItem, max_tokens: int) -> ItemResult:
-    """One item through the server; a refused or failed request is recorded as a wrong answer with its error."""
+def ask(
+    client: Any,
+    suite: EvalSuite[Any],
+    model: str,
+    item: EvalItem,
+    max_tokens: int,
+    forced: tuple[str, str] | None = None,
+) -> ItemResult:
+    """One item through the server; a refused or failed request is recorded as a wrong answer with its error.
+    `forced` ("right" or "wrong", the answer) makes the model give that answer (vLLM's `structured_outputs` choice),
+    so the guardrail is measured on answers the eval chose."""
     import openai
 
+    extra: dict[str, Any] = {}
+    if forced is not None:
+        extra = {"extra_body": {"structured_outputs": {"choice": [forced[1]]}}}
+        max_tokens = max(max_tokens, FORCED_MAX_TOKENS)
     started = time.perf_counter()
     try:
         completion = client.chat.completions.create(
-            model=model, messages=request_messages(item, suite), temperature=0, max_tokens=max_tokens
+            model=model, messages=request_messages(item, suite), temperature=0, max_tokens=max_tokens, **extra
         )
     except openai.OpenAIError as exc:
         failure = f"{type(exc).__name__}: {exc}"[:500]
-        return _result(suite, item, model, "", None, time.perf_counter() - started, failure)
+        return _result(suite, item, model, "", time.perf_counter() - started, failure, forced=forced and forced[0])
     data = completion.model_dump()
     answer = (data["choices"][0]["message"].get("content") or "") if data.get("choices") else ""
     elapsed = time.perf_counter() - started
-    return _result(suite, item, model, answer, guardrail_flag(data), elapsed, None, guardrail_details(data))
+    return _result(suite, item, model, answer, elapsed, None, data, forced=forced and forced[0])
+
+
+def _ask_forced(
+    client: Any, suite: EvalSuite[Any], model: str, max_tokens: int, item: EvalItem, answer: tuple[str, str]
+) -> ItemResult:
+    return ask(client, suite, model, item, max_tokens, forced=answer)
 
 
 def run_items(
@@ -239,8 +239,10 @@ def evaluate(
     budget_s: float,
     progress: Progress,
     concurrency: int = 1,
+    forced: int = 0,
 ) -> dict[str, Any]:
-    """Runs `items` on each model at `base_url` (…/v1) and returns the report: settings, summaries, results."""
+    """Runs `items` on each model at `base_url` (…/v1) and returns the report: settings, summaries, results; with
+    `forced`, also that many items' right and one-fact-wrong answers, made (grounding.eval_forced)."""
     client = _client(base_url, api_key)
     deadline = time.monotonic() + budget_s
     report: dict[str, Any] = {
@@ -267,7 +269,24 @@ def evaluate(
             "summary": summarise(results),
             "results": [asdict(r) for r in results],
         }
-    failures = gate(report["models"][models[0]]["summary"])
+        chosen = forced_items(items, forced)
+        if chosen and suite.wrong_answer is not None:
+            progress(f"forcing right and wrong answers of {len(chosen)} items on {model}")
+            made = run_forced(
+                functools.partial(_ask_forced, client, suite, model, max_tokens),
+                chosen,
+                suite.wrong_answer,
+                progress=progress,
+                concurrency=concurrency,
+                expired=lambda: time.monotonic() > deadline,
+            )
+            report["models"][model]["forced"] = {
+                "figures": forced_figures(made),
+                "results": [asdict(r) for r in made],
+            }
+            report["models"][model]["judge_calibration"] = calibrate_judge([*results, *usable_forced(made)])
+    first = report["models"][models[0]]
+    failures = gate(first["summary"], (first.get("forced") or {}).get("figures"))
     report["gate"].update(passed=not failures, failures=failures)
     return report
 
@@ -277,95 +296,3 @@ def write_outputs(report: dict[str, Any], json_path: Path | None, html_path: Pat
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text if text is not None else render_html(report))
-
-
-# -- command line ---------------------------------------------------------------------------------------------
-
-
-def add_eval_parser(subparsers: Any) -> Any:
-    """Adds `eval grounding` (run a golden set); returns the `eval` command's subparsers, for the commands that
-    make the sets (`eval golden`, added by the command line)."""
-    kinds = subparsers.add_parser("eval", help="Offline evals on golden sets.").add_subparsers(
-        dest="eval_command", required=True
-    )
-    g = kinds.add_parser("grounding", help="Grounding accuracy, hallucinated objects, POPE and guardrail, gated.")
-    g.add_argument("--set", type=Path, help="Golden JSONL (default: the suite's heldout.jsonl; smoke: smoke.jsonl).")
-    g.add_argument(
-        "--model", action="append", help="Model to evaluate, repeatable; the first is gated (default large)."
-    )
-    g.add_argument("--base-url", help="A running server's /v1 URL (default: start the embedded server).")
-    g.add_argument("--api-key", help="Its API key (default $TESSERA_API_KEY or $OPENAI_API_KEY).")
-    g.add_argument("--json", type=Path, help="Write the full results here.")
-    g.add_argument("--report", type=Path, help="Write an HTML report here.")
-    g.add_argument("--limit", type=int, help="Evaluate only the first N items.")
-    g.add_argument(
-        "--concurrency", type=int, default=4, help="Items in flight at once (default 4; answers are greedy either way)."
-    )
-    g.add_argument(
-        "--guardrail",
-        choices=["off", "score", "flag"],
-        default="flag",
-        help="The embedded server's tenant policy (default flag: every answer carries its verdict).",
-    )
-    g.add_argument(
-        "--max-tokens", type=int, help=f"Answer length (default {DEFAULT_MAX_TOKENS}; smoke {SMOKE_MAX_TOKENS})."
-    )
-    g.add_argument(
-        "--budget-s", type=float, help="Stop sending items after this many seconds (default 4 h; smoke 600)."
-    )
-    g.add_argument(
-        "--smoke",
-        action="store_true",
-        help="The small set on the small model: checks every step runs and the metrics are well-formed, not the gate.",
-    )
-    return kinds
-
-
-def _stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-
-
-def _run_grounding(
-    args: argparse.Namespace, launch: Launcher, suite: EvalSuite[Any], progress: Progress
-) -> dict[str, Any]:
-    path = args.set or suite.default_set(args.smoke)
-    items = suite.read(path)[: args.limit] if args.limit else suite.read(path)
-    if not items:
-        raise EvalFailure(f"{path} holds no items")
-    models = args.model or [SMOKE_MODEL if args.smoke else DEFAULT_MODEL]
-    max_tokens = args.max_tokens or (SMOKE_MAX_TOKENS if args.smoke else DEFAULT_MAX_TOKENS)
-    budget = args.budget_s or (SMOKE_BUDGET_S if args.smoke else DEFAULT_BUDGET_S)
-    run = {"max_tokens": max_tokens, "budget_s": budget, "progress": progress, "concurrency": args.concurrency}
-    progress(f"{len(items)} items from {path}")
-    if args.base_url:
-        key = args.api_key or os.environ.get("TESSERA_API_KEY") or os.environ.get("OPENAI_API_KEY") or ""
-        report = evaluate(suite, items, models, args.base_url, key, **run)  # type: ignore[arg-type]
-    else:
-        progress(f"starting the embedded server (pools {', '.join(models)})")
-        with launch(models, progress, guardrail=args.guardrail) as server:
-            report = evaluate(suite, items, models, server.base + "/v1", server.key, **run)  # type: ignore[arg-type]
-    report.update(set=str(path), smoke=bool(args.smoke))
-    return report
-
-
-def run_eval(args: argparse.Namespace, launch: Launcher, suite: EvalSuite[Any], progress: Progress = _stderr) -> None:
-    """Runs `tessera eval grounding`; exits non-zero below the gate (or, with --smoke, on any malformed step)."""
-    try:
-        report = _run_grounding(args, launch, suite, progress)
-        write_outputs(report, args.json, args.report)
-        for model, run in report["models"].items():
-            o = run["summary"]["overall"]
-            progress(
-                f"{model}: accuracy {cell(o, 'accuracy')}, hallucinated objects {cell(o, 'hallucination_rate')}, "
-                f"POPE {cell(o, 'pope.accuracy')}, guardrail P/R {cell(o, 'guardrail.precision')}/"
-                f"{cell(o, 'guardrail.recall')}"
-            )
-            if args.smoke:
-                expected = len(suite.read(Path(report["set"]))[: args.limit or None])
-                check_well_formed(run["summary"], expected)
-    except EvalFailure as exc:
-        raise SystemExit(f"eval grounding failed: {exc}") from exc
-    if args.smoke:
-        progress("smoke: every step ran and the metrics are well-formed (the gate is not applied)")
-    elif not report["gate"]["passed"]:
-        raise SystemExit("below the gate: " + "; ".join(report["gate"]["failures"]))

@@ -13,7 +13,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-GATE = {"accuracy_min": 0.90, "hallucination_max": 0.04}
+# Applied overall and to every modality-mix slice, so one slice regressing fails the gate; the guardrail's figures
+# are gated on the forced answers (grounding.eval_forced), as the tenant's policy served them.
+GATE = {
+    "accuracy_min": 0.92,
+    "hallucination_max": 0.03,
+    "guardrail_recall_min": 0.90,
+    "guardrail_false_flag_max": 0.05,
+}
+EVIDENCE = ("label_head", "judge")
 
 
 class EvalFailure(RuntimeError):
@@ -41,6 +49,10 @@ class ItemResult:
     error: str | None = None
     unsupported: list[str] | None = None  # the claims the guardrail found unsupported, None when it said nothing
     score: float | None = None  # the guardrail's grounding score, None when it gave none
+    evidence_scores: dict[str, float] | None = None  # each evidence's own score (a `both` policy gives both)
+    threshold: float | None = None  # the tenant's threshold the verdict applied
+    checked: list[dict[str, Any]] | None = None  # each checked claim, its evidence, verdict and P(yes)
+    forced: str | None = None  # "right" or "wrong": an answer the eval made the model give (grounding.eval_forced)
 
 
 def _ratio(numerator: int, denominator: int) -> float | None:
@@ -77,7 +89,7 @@ def metrics(results: Iterable[ItemResult]) -> dict[str, Any]:
 THRESHOLDS = (0.5, 0.75, 0.9, 1.0)  # tenant thresholds the guardrail's figures are also given at
 
 
-def _flag_figures(flags: list[tuple[bool, bool]]) -> dict[str, Any]:
+def flag_figures(flags: list[tuple[bool, bool]]) -> dict[str, Any]:
     """Precision, recall and false flags of (flagged, correct) pairs."""
     flagged = [correct for flag, correct in flags if flag]
     wrong = [flag for flag, correct in flags if not correct]
@@ -94,13 +106,25 @@ def _guardrail(judged: list[ItemResult]) -> dict[str, Any] | None:
     when every verdict carried one)."""
     if not judged:
         return None
-    out: dict[str, Any] = {"judged": len(judged), **_flag_figures([(bool(r.flagged), r.correct) for r in judged])}
+    out: dict[str, Any] = {"judged": len(judged), **flag_figures([(bool(r.flagged), r.correct) for r in judged])}
+    by_evidence = {name: flag_figures(evidence_flags(judged, name)) for name in EVIDENCE}
+    if any(r.evidence_scores for r in judged):
+        out["by_evidence"] = by_evidence
     if all(r.score is not None for r in judged):
         out["by_threshold"] = {
-            str(t): _flag_figures([(r.score is not None and r.score < t, r.correct) for r in judged])
-            for t in THRESHOLDS
+            str(t): flag_figures([(r.score is not None and r.score < t, r.correct) for r in judged]) for t in THRESHOLDS
         }
     return out
+
+
+def evidence_flags(results: list[ItemResult], evidence: str) -> list[tuple[bool, bool]]:
+    """(flagged, correct) as a policy naming `evidence` alone would have flagged: an answer it gave no score is
+    not flagged (no made-up verdict), one it scored below the tenant's threshold is."""
+    flags = []
+    for r in results:
+        own = (r.evidence_scores or {}).get(evidence)
+        flags.append((own is not None and r.threshold is not None and own < r.threshold, r.correct))
+    return flags
 
 
 def summarise(results: list[ItemResult]) -> dict[str, Any]:
@@ -110,14 +134,24 @@ def summarise(results: list[ItemResult]) -> dict[str, Any]:
     return {"overall": metrics(results), "by_mix": by_mix, "by_kind": by_kind}
 
 
-def gate(summary: dict[str, Any]) -> list[str]:
-    """Why the results fall below the gate; empty when they pass."""
-    overall = summary["overall"]
+def gate(summary: dict[str, Any], forced: dict[str, Any] | None = None) -> list[str]:
+    """Why the results fall below the gate, overall or on any modality-mix slice (and, given the forced answers'
+    figures, the guardrail as served); empty when they pass."""
     failures = []
-    if (overall["accuracy"] or 0.0) < GATE["accuracy_min"]:
-        failures.append(f"accuracy {overall['accuracy']} < {GATE['accuracy_min']}")
-    if overall["hallucination_rate"] is not None and overall["hallucination_rate"] > GATE["hallucination_max"]:
-        failures.append(f"hallucination rate {overall['hallucination_rate']} > {GATE['hallucination_max']}")
+    slices = {"overall": summary["overall"], **{f"{m} slice": row for m, row in summary.get("by_mix", {}).items()}}
+    for name, row in slices.items():
+        where = "" if name == "overall" else f" on the {name}"
+        if (row["accuracy"] or 0.0) < GATE["accuracy_min"]:
+            failures.append(f"accuracy {row['accuracy']} < {GATE['accuracy_min']}{where}")
+        if row["hallucination_rate"] is not None and row["hallucination_rate"] > GATE["hallucination_max"]:
+            failures.append(f"hallucination rate {row['hallucination_rate']} > {GATE['hallucination_max']}{where}")
+    served = (forced or {}).get("overall", {}).get("served")
+    if served and (forced or {}).get("usable"):  # no usable forced answer (no verdicts): nothing to gate
+        if (served["recall"] or 0.0) < GATE["guardrail_recall_min"]:
+            failures.append(f"guardrail recall on wrong answers {served['recall']} < {GATE['guardrail_recall_min']}")
+        flags = served["false_flag_rate"]
+        if flags is not None and flags > GATE["guardrail_false_flag_max"]:
+            failures.append(f"guardrail false flags on right answers {flags} > {GATE['guardrail_false_flag_max']}")
     return failures
 
 

@@ -31,6 +31,8 @@ class Verdict:
     claims: int
     unsupported: tuple[str, ...]
     checked: tuple[dict[str, Any], ...] = ()  # each claim, its evidence (label_head or judge) and its verdict
+    # under `both`, the score each evidence gives on its own (label_head, judge), where it gave one
+    by_evidence: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
         # One figure everywhere: what the response carries, what is stored and what passes are the same number.
@@ -51,6 +53,8 @@ class Verdict:
             "unsupported_claims": list(self.unsupported),
             "checked_claims": list(self.checked),
         }
+        if self.by_evidence:
+            out["evidence_scores"] = {name: round(score, 4) for name, score in self.by_evidence}
         if regenerated:
             out["regenerated"] = True
         return out

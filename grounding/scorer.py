@@ -193,3 +193,10 @@ def combine(label_head: GroundingResult | None, judged: Sequence[Any] | None) ->
             supported / total, total, label_head.unsupported + unsupported, label_head.checked + checked
         )
     return GroundingResult((len(verdicts) - len(unsupported)) / len(verdicts), len(verdicts), unsupported, checked)
+
+
+def each_evidence(label_head: GroundingResult | None, judged: Sequence[Any] | None) -> tuple[tuple[str, float], ...]:
+    """The score each evidence that spoke gives on its own (`label_head`, `judge`): under `both`, what either alone
+    would have scored."""
+    judge_only = combine(None, judged)
+    return tuple((name, result.score) for name, result in (("label_head", label_head), ("judge", judge_only)) if result)

@@ -33,7 +33,7 @@ from grounding.hearing import AudioWordReader
 from grounding.judge import Judge
 from grounding.models import checkpoint_hint
 from grounding.questions import question_kind
-from grounding.scorer import GroundingScorer, combine
+from grounding.scorer import GroundingScorer, combine, each_evidence
 from serving.background import BackgroundTasks
 from serving.completion import Completion
 from serving.gate import Action, GateVerdict
@@ -213,7 +213,14 @@ class GroundingService:
             self.seconds.observe(loop.time() - started)
             if result is not None:
                 threshold = record.caller.grounding_threshold
-                verdict = Verdict(result.score, threshold, result.claims, result.unsupported, result.checked)
+                verdict = Verdict(
+                    result.score,
+                    threshold,
+                    result.claims,
+                    result.unsupported,
+                    result.checked,
+                    by_evidence=each_evidence(label_head, judged),
+                )
                 stored = await asyncio.to_thread(
                     set_grounding_score,
                     self._db,

@@ -14,7 +14,7 @@ from typing import Any
 from bench.cli import add_bench_parser
 from config.settings import Settings
 from demo.cli import add_golden_parser, add_models_parser, run_golden, run_models
-from grounding.eval import add_eval_parser
+from grounding.eval_cli import add_eval_parser
 
 
 def _serve_parser(sub: Any) -> None:
@@ -146,15 +146,20 @@ def manage(args: argparse.Namespace) -> None:
         raise SystemExit(f"error: {exc.message}") from exc
 
 
-def _eval_server(models: list[str], progress: Any, guardrail: str = "flag") -> Any:
+def _eval_server(models: list[str], progress: Any, guardrail: str = "flag", evidence: str = "both") -> Any:
     """A live embedded server of the demo pools `models` for `tessera eval`, launched as the benches launch theirs;
-    its tenant's grounding guardrail is `guardrail` (flag: every answer carries its verdict)."""
+    its tenant's grounding guardrail is `guardrail` (flag: every answer carries its verdict), on `evidence`."""
     from bench.server import live_server
     from demo.checkpoints import build_demo_checkpoints
 
     demo_dir = Settings().demo_dir()
     build_demo_checkpoints(demo_dir, models, progress=progress)
-    return live_server(demo_dir, [{"name": m} for m in models], progress, quota={"grounding_policy": guardrail})
+    return live_server(
+        demo_dir,
+        [{"name": m} for m in models],
+        progress,
+        quota={"grounding_policy": guardrail, "grounding_evidence": evidence},
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -200,7 +205,7 @@ def main(argv: list[str] | None = None) -> None:
         run_golden(args)
     elif command == "eval":
         from demo.suite import golden_suite
-        from grounding.eval import run_eval
+        from grounding.eval_cli import run_eval
 
         _configure_logging("WARNING")
         run_eval(args, launch=_eval_server, suite=golden_suite())

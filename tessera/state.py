@@ -214,7 +214,12 @@ async def build_state(settings: Settings, checkpoints: CheckpointResolver | None
         service = InferenceService(pipeline, MediaEncoder(ingest, cache), metrics, bus, tasks, gate=grounding)
         quotas = QuotaGate(limiter, db, prices=prices)
         if grounding is not None:
-            grounding.judge = Judge(service, judge_callers(directory, quotas), model=settings.grounding_judge)
+            grounding.judge = Judge(
+                service,
+                judge_callers(directory, quotas),
+                model=settings.grounding_judge,
+                threshold=settings.grounding_judge_threshold,
+            )
         background = functools.partial(
             run_background_response,
             directory=directory,

@@ -4,11 +4,12 @@ serving takes, naming the offending `param` on every error."""
 from __future__ import annotations
 
 import logging
+import re
 
 from pydantic import ValidationError
 
 from api.chat.fields import check_fields, logit_bias
-from api.chat.protocol import ChatCompletionRequest, ResponseFormat
+from api.chat.protocol import ChatCompletionRequest, ResponseFormat, StructuredOutputs
 from api.parsing import param_path, read_json_object, unknown_fields
 from serving.engines.base import GenerationParams, StructuredOutput
 from serving.errors import InvalidRequest
@@ -53,7 +54,7 @@ def generation_request(req: ChatCompletionRequest, default_max_tokens: int) -> G
         ignore_eos=req.ignore_eos,
         n=req.n,
         logprobs=_logprobs(req),
-        structured=_structured(req.response_format),
+        structured=_constraint(req),
         logit_bias=logit_bias(req),
     )
     return GenerationRequest(
@@ -97,6 +98,52 @@ def _structured(fmt: ResponseFormat | None) -> StructuredOutput | None:
     if schema is not None and not isinstance(schema.get("type", "object"), str | list):
         raise InvalidRequest("the JSON schema is not valid", param="response_format.json_schema.schema")
     return StructuredOutput(json_schema=schema or {"type": "object"})
+
+
+def _constraint(req: ChatCompletionRequest) -> StructuredOutput | None:
+    formatted = _structured(req.response_format)
+    if formatted is not None and req.structured_outputs is not None:
+        raise InvalidRequest("response_format and structured_outputs cannot be combined", param="structured_outputs")
+    return formatted or _extension_structured(req.structured_outputs)
+
+
+def _extension_structured(spec: StructuredOutputs | None) -> StructuredOutput | None:
+    """vLLM's `structured_outputs` extension (checked against `response_format` by the caller): exactly one of
+    `json`, `json_object`, `choice` or `regex`."""
+    if spec is None:
+        return None
+    given = [
+        name
+        for name in ("json", "json_object", "choice", "regex", "grammar", "structural_tag")
+        if getattr(spec, "json_" if name == "json" else name) not in (None, False)
+    ]
+    if len(given) != 1:
+        raise InvalidRequest(
+            f"structured_outputs takes exactly one of json, json_object, choice or regex, got {given or 'none'}",
+            param="structured_outputs",
+        )
+    (name,) = given
+    if name in ("grammar", "structural_tag"):
+        raise InvalidRequest(
+            f"structured_outputs.{name} is not supported; use json, json_object, choice or regex",
+            param=f"structured_outputs.{name}",
+            code="unsupported_parameter",
+        )
+    if name == "choice":
+        assert spec.choice is not None
+        if any(not c for c in spec.choice):
+            raise InvalidRequest("a choice cannot be empty", param="structured_outputs.choice")
+        return StructuredOutput(choice=tuple(spec.choice))
+    if name == "regex":
+        try:
+            re.compile(spec.regex or "")
+        except re.error as exc:
+            raise InvalidRequest(f"the regex is not valid: {exc}", param="structured_outputs.regex") from exc
+        return StructuredOutput(regex=spec.regex)
+    if name == "json_object":
+        return StructuredOutput(json_object=True)
+    assert spec.json_ is not None
+    return StructuredOutput(json_schema=spec.json_)
 
 
 def _tool_plan(req: ChatCompletionRequest) -> ToolPlan | None:

@@ -87,6 +87,17 @@ class ResponseFormat(_Loose):
     json_schema: JSONSchemaFormat | None = None
 
 
+class StructuredOutputs(_Loose):
+    """vLLM's `structured_outputs` extension: one constraint on the answer."""
+
+    json_: dict[str, Any] | None = Field(default=None, alias="json")
+    json_object: StrictBool | None = None
+    choice: list[str] | None = Field(default=None, min_length=1, max_length=256)
+    regex: str | None = Field(default=None, min_length=1, max_length=4096)
+    grammar: str | None = None
+    structural_tag: str | None = None
+
+
 class StreamOptions(_Loose):
     include_usage: bool = False
 
@@ -126,6 +137,7 @@ class ChatCompletionRequest(_Loose):
     repetition_penalty: float = Field(default=1.0, gt=0.0)
     ignore_eos: bool = False
     return_token_ids: bool = False
+    structured_outputs: StructuredOutputs | None = None
     # Tessera's extensions.
     priority: Literal["interactive", "batch"] = "interactive"
     allow_degraded: bool = Field(

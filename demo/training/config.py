@@ -47,6 +47,11 @@ class TrainConfig:
     joint_enlarge_share: float = 0.75
     # of the joint stage's image items: asked instead about one large shape drawn up to 3 times the world's size
     joint_lone_share: float = 0.0
+    # of the joint stage's items with an image: that image redrawn as a free layout (shapes anywhere, up to three
+    # times the world's large size; `curriculum.free_layout_item`)
+    joint_free_share: float = 0.0
+    # of the joint stage's items: asked one of the grounding judge's yes/no questions instead (`verify.verify_item`)
+    joint_verify_share: float = 0.0
     # A vision-stage shape drawn more than this many times the world's radius for its size speaks its words from
     # every cell it covers, not from its centre alone (`stage_losses.speaks_from_cover`); 0: from its centre alone.
     spread_beyond: float = 0.0

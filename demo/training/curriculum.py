@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from demo.golden import AUDIO_KINDS, IMAGE_KINDS, MIXES, GoldenItem, image_facts, image_question
-from demo.world import MAX_REACH, Scene, sample_scene, world_radius
+from demo.golden import AUDIO_KINDS, IMAGE_KINDS, MEDIUM_LEAD, MIXES, GoldenItem, image_facts, image_question
+from demo.world import MAX_REACH, Scene, sample_free_scene, sample_scene, world_radius
 
 
 def vision_scene(rng: np.random.Generator, enlarge_share: float) -> Scene:
@@ -48,6 +48,24 @@ def lone_shape_item(item: GoldenItem, rng: np.random.Generator) -> GoldenItem:
         raise ValueError(f"only image items are redrawn, not {item.mix} ({item.id})")
     scene = vision_scene(rng, enlarge_share=1.0)
     question, answer, extra = image_question(scene, item.kind, rng, yes=bool(rng.random() < 0.5))
+    return dataclasses.replace(
+        item, question=question, answer=answer, facts={**image_facts(scene), **extra}, scene=scene
+    )
+
+
+def free_layout_item(item: GoldenItem, rng: np.random.Generator) -> GoldenItem:
+    """`item` with its image redrawn as a free layout (demo.world `sample_free_scene`: shapes anywhere, up to three
+    times the world's large size); a question about the image is asked again, of the same kind, about the new
+    scene, and keeps its "Looking at the image, " lead."""
+    if item.scene is None:
+        raise ValueError(f"item {item.id} has no image to redraw")
+    scene = sample_free_scene(rng)
+    if item.target != "image":
+        return dataclasses.replace(item, scene=scene)
+    question, answer, extra = image_question(scene, item.kind, rng, yes=bool(rng.random() < 0.5))
+    lead = MEDIUM_LEAD["image"]
+    if item.question.startswith(lead):
+        question = lead + question[0].lower() + question[1:]
     return dataclasses.replace(
         item, question=question, answer=answer, facts={**image_facts(scene), **extra}, scene=scene
     )

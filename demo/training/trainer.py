@@ -54,10 +54,11 @@ from demo.golden import MIXES, GoldenItem, training_items
 from demo.speech import render_clip
 from demo.training.checkpoint import resume, save_checkpoint, start_from
 from demo.training.config import STAGES, TrainConfig, learning_rate
-from demo.training.curriculum import enlarged, lone_shape_item, vision_scene, weighted_items
+from demo.training.curriculum import enlarged, free_layout_item, lone_shape_item, vision_scene, weighted_items
 from demo.training.stage_losses import LABELS, WordTargets, audio_stage_loss, image_stage_loss, word_logits
 from demo.training.text_keep import own_answers
 from demo.training.thinker import AUDIO_PART, install_lora, load_thinker, prompt_text
+from demo.training.verify import verify_item
 from demo.world import render_scene
 
 Progress = Callable[[str], None]
@@ -212,6 +213,11 @@ class Trainer:
         share = self.config.joint_lone_share
         if share:  # no draws at 0, so runs without it replay as they did
             items = [lone_shape_item(i, rng) if i.mix == "image" and rng.random() < share else i for i in items]
+        free, verify = self.config.joint_free_share, self.config.joint_verify_share
+        if free:
+            items = [free_layout_item(i, rng) if i.scene is not None and rng.random() < free else i for i in items]
+        if verify:
+            items = [verify_item(i, rng) if rng.random() < verify else i for i in items]
         return items
 
     def _audio_inputs(self, clips: list[Any]) -> dict[str, Any]:

@@ -49,6 +49,18 @@ class StructuredOutput:
 
     json_schema: dict[str, Any] | None = None  # the answer validates against this schema
     json_object: bool = False  # the answer is any JSON object
+    choice: tuple[str, ...] | None = None  # the answer is exactly one of these
+    regex: str | None = None  # the answer matches this regular expression
+
+    def vllm_fields(self) -> dict[str, Any]:
+        """The constraint in the field names of vLLM's `structured_outputs` (its API and `StructuredOutputsParams`)."""
+        if self.json_schema is not None:
+            return {"json": self.json_schema}
+        if self.json_object:
+            return {"json_object": True}
+        if self.choice is not None:
+            return {"choice": list(self.choice)}
+        return {"regex": self.regex}
 
 
 @dataclass(frozen=True)

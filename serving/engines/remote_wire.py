@@ -52,10 +52,7 @@ def sampling_body(p: GenerationParams) -> dict[str, Any]:
     if p.logit_bias:
         body["logit_bias"] = {str(k): v for k, v in p.logit_bias.items()}
     if p.structured is not None:
-        if p.structured.json_schema is not None:
-            body["structured_outputs"] = {"json": p.structured.json_schema}
-        elif p.structured.json_object:
-            body["structured_outputs"] = {"json_object": True}
+        body["structured_outputs"] = p.structured.vllm_fields()
     return body
 
 

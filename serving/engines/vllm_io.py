@@ -13,12 +13,7 @@ def sampling_params(p: GenerationParams) -> Any:
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
-    structured = None
-    if p.structured is not None:
-        if p.structured.json_schema is not None:
-            structured = StructuredOutputsParams(json=p.structured.json_schema)
-        elif p.structured.json_object:
-            structured = StructuredOutputsParams(json_object=True)
+    structured = None if p.structured is None else StructuredOutputsParams(**p.structured.vllm_fields())
     return SamplingParams(
         n=p.n,
         max_tokens=p.max_tokens,

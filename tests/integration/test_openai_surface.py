@@ -66,6 +66,21 @@ def test_a_schema_the_engine_cannot_enforce_is_a_400(client):
     assert exc.value.body["param"] == "response_format"
 
 
+@pytest.mark.parametrize("model", POOLS)
+def test_vllm_structured_outputs_choice_and_regex(client, model):
+    """vLLM's `structured_outputs` extension, sent as `extra_body` the way vLLM's own clients send it."""
+    choices = ["The circle is red.", "The square is blue."]
+    picked = _ask(client, model, "Which is it?", max_tokens=24, extra_body={"structured_outputs": {"choice": choices}})
+    assert picked.choices[0].message.content in choices
+    assert picked.choices[0].finish_reason == "stop"
+    number = _ask(client, model, "A number?", max_tokens=8, extra_body={"structured_outputs": {"regex": "[0-9]{3}"}})
+    assert len(number.choices[0].message.content) == 3
+    assert number.choices[0].message.content.isdigit()
+    with pytest.raises(openai.BadRequestError) as exc:
+        _ask(client, model, "hi", max_tokens=8, extra_body={"structured_outputs": {"choice": ["a"], "regex": "b"}})
+    assert exc.value.body["param"] == "structured_outputs"
+
+
 def _calls(resp):
     return [(c.function.name, json.loads(c.function.arguments)) for c in resp.choices[0].message.tool_calls or []]
 

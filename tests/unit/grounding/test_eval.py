@@ -18,15 +18,10 @@ from PIL import Image
 from demo.golden import GOLDEN_DIR, read_items
 from demo.suite import golden_suite
 from grounding import eval as grounding_eval
-from grounding.eval import (
-    add_eval_parser,
-    guardrail_details,
-    guardrail_flag,
-    request_messages,
-    run_eval,
-    run_items,
-)
+from grounding.eval import request_messages, run_items
+from grounding.eval_cli import add_eval_parser, run_eval
 from grounding.eval_metrics import EvalFailure, ItemResult, check_well_formed, gate, metrics, summarise
+from grounding.eval_verdicts import guardrail_details, guardrail_flag
 from grounding.report import render_html
 
 SUITE = golden_suite()
@@ -89,7 +84,12 @@ def test_slices_and_gate():
     assert set(summary["by_kind"]) == {"count", "exists"}
     assert summary["by_mix"]["audio"]["accuracy"] == 1.0
     assert summary["by_kind"]["count"]["hallucination_rate"] == 0.4
-    assert gate(summary) == ["accuracy 0.6 < 0.9", "hallucination rate 0.3333 > 0.04"]
+    assert gate(summary) == [
+        "accuracy 0.6 < 0.92",
+        "hallucination rate 0.3333 > 0.03",
+        "accuracy 0.5 < 0.92 on the image slice",
+        "hallucination rate 0.4 > 0.03 on the image slice",
+    ]
     clean = summarise([result(objects=["circle"])] * 10)
     assert gate(clean) == []
     check_well_formed(summary, expected_items=5)
@@ -154,7 +154,8 @@ class StubClient:
         if self.fail:
             raise openai.APIConnectionError(request=None)  # type: ignore[arg-type]
         question = body["messages"][0]["content"][-1]["text"]
-        content = self.answers.get(question, "A green triangle.")
+        choice = (body.get("extra_body") or {}).get("structured_outputs", {}).get("choice")
+        content = choice[0] if choice else self.answers.get(question, "A green triangle.")
         return openai.types.chat.ChatCompletion.model_validate(
             {
                 "id": "c",
@@ -188,7 +189,7 @@ def test_run_items_stops_at_the_deadline():
 
 def _launcher(calls: list[list[str]]):
     @contextmanager
-    def launch(models, progress, guardrail="flag"):
+    def launch(models, progress, guardrail="flag", evidence="both"):
         calls.append(models)
         yield StubServer()
 

@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 
 from grounding.checkable import CheckableClaim
+from grounding.guardrail import Verdict
 from grounding.judge import JudgedClaim, judge_messages, judge_request_id, question_for, yes_probability
-from grounding.scorer import GroundingResult, combine
+from grounding.scorer import GroundingResult, combine, each_evidence
 from serving.engines.base import TokenLogprob
 
 
@@ -83,3 +84,15 @@ def test_combined_scores_count_every_claim_either_evidence_checked():
     assert combine(label, None) is label
     nothing_to_check = GroundingResult(1.0, 0, ())
     assert combine(nothing_to_check, [_judged("a giraffe", 0.1)]).score == 0.0  # type: ignore[union-attr]
+
+
+def test_each_evidence_that_spoke_scores_on_its_own():
+    label = GroundingResult(0.5, 2, ("a blue star",), ({"claim": "a red circle", "supported": True},))
+    judged = [_judged("a giraffe", 0.1), _judged("the background", 0.9), _judged("a circle", 0.7)]
+    assert each_evidence(label, judged) == (("label_head", 0.5), ("judge", 2 / 3))
+    assert each_evidence(None, judged) == (("judge", 2 / 3),)
+    assert each_evidence(label, [_judged("a lamp", None)]) == (("label_head", 0.5),)
+    assert each_evidence(None, None) == ()
+    verdict = Verdict(0.6, 0.5, 5, (), by_evidence=each_evidence(label, judged))
+    assert verdict.wire()["evidence_scores"] == {"label_head": 0.5, "judge": 0.6667}
+    assert "evidence_scores" not in Verdict(0.6, 0.5, 5, ()).wire()

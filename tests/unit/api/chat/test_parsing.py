@@ -111,6 +111,38 @@ def test_sampling_fields_reach_the_engine_parameters():
     assert _generation(response_format={"type": "text"}).params.structured is None
 
 
+def test_vllm_structured_outputs_extension_reaches_the_engine():
+    choice = _generation(structured_outputs={"choice": ["yes", "no"]}).params.structured
+    assert choice.choice == ("yes", "no")
+    assert choice.vllm_fields() == {"choice": ["yes", "no"]}
+    assert _generation(structured_outputs={"regex": "[0-9]+"}).params.structured.vllm_fields() == {"regex": "[0-9]+"}
+    assert _generation(structured_outputs={"json": {"type": "object"}}).params.structured.json_schema == {
+        "type": "object"
+    }
+    assert _generation(structured_outputs={"json_object": True}).params.structured.json_object
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"structured_outputs": {}}, "structured_outputs"),
+        ({"structured_outputs": {"choice": ["a"], "regex": "a"}}, "structured_outputs"),
+        ({"structured_outputs": {"choice": []}}, "structured_outputs.choice"),
+        ({"structured_outputs": {"choice": ["a", ""]}}, "structured_outputs.choice"),
+        ({"structured_outputs": {"regex": "(unclosed"}}, "structured_outputs.regex"),
+        ({"structured_outputs": {"grammar": "root ::= 'a'"}}, "structured_outputs.grammar"),
+        (
+            {"structured_outputs": {"choice": ["a"]}, "response_format": {"type": "json_object"}},
+            "structured_outputs",
+        ),
+    ],
+)
+def test_bad_structured_outputs_name_their_param(body, param):
+    with pytest.raises(InvalidRequest) as exc:
+        _generation(**body)
+    assert exc.value.param == param
+
+
 @pytest.mark.parametrize(
     ("body", "param"),
     [

@@ -40,6 +40,8 @@ def test_sampling_body_carries_every_field_vllm_needs():
     assert body["structured_outputs"] == {"json": {"type": "object"}}
     assert body["ignore_eos"] is True
     assert "seed" not in sampling_body(GenerationParams(max_tokens=1))
+    chosen = sampling_body(GenerationParams(max_tokens=4, structured=StructuredOutput(choice=("Yes.", "No."))))
+    assert chosen["structured_outputs"] == {"choice": ["Yes.", "No."]}
 
 
 def test_features_expand_each_placeholder_to_its_medium_in_order():

@@ -1,0 +1,167 @@
+"""`tessera eval grounding`'s command line: its flags, the run (an embedded server or a given one), the lines it
+prints, and its exit status against the gate."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from grounding.eval import (
+    DEFAULT_BUDGET_S,
+    DEFAULT_FORCED,
+    DEFAULT_MAX_TOKENS,
+    DEFAULT_MODEL,
+    SMOKE_BUDGET_S,
+    SMOKE_FORCED,
+    SMOKE_MAX_TOKENS,
+    SMOKE_MODEL,
+    EvalSuite,
+    Launcher,
+    Progress,
+    evaluate,
+    write_outputs,
+)
+from grounding.eval_metrics import EvalFailure, check_well_formed
+from grounding.report import cell
+
+
+def add_eval_parser(subparsers: Any) -> Any:
+    """Adds `eval grounding` (run a golden set); returns the `eval` command's subparsers, for the commands that
+    make the sets (`eval golden`, added by the command line)."""
+    kinds = subparsers.add_parser("eval", help="Offline evals on golden sets.").add_subparsers(
+        dest="eval_command", required=True
+    )
+    g = kinds.add_parser("grounding", help="Grounding accuracy, hallucinated objects, POPE and guardrail, gated.")
+    g.add_argument("--set", type=Path, help="Golden JSONL (default: the suite's heldout.jsonl; smoke: smoke.jsonl).")
+    g.add_argument(
+        "--model", action="append", help="Model to evaluate, repeatable; the first is gated (default large)."
+    )
+    g.add_argument("--base-url", help="A running server's /v1 URL (default: start the embedded server).")
+    g.add_argument("--api-key", help="Its API key (default $TESSERA_API_KEY or $OPENAI_API_KEY).")
+    g.add_argument("--json", type=Path, help="Write the full results here.")
+    g.add_argument("--report", type=Path, help="Write an HTML report here.")
+    g.add_argument("--limit", type=int, help="Evaluate only the first N items.")
+    g.add_argument(
+        "--concurrency", type=int, default=4, help="Items in flight at once (default 4; answers are greedy either way)."
+    )
+    g.add_argument(
+        "--guardrail",
+        choices=["off", "score", "flag"],
+        default="flag",
+        help="The embedded server's tenant policy (default flag: every answer carries its verdict).",
+    )
+    g.add_argument(
+        "--evidence",
+        choices=["label_head", "judge", "both"],
+        default="both",
+        help="The embedded server's tenant grounding evidence (default both: each verdict also gives what the label "
+        "head and the judge would each have scored alone, so the report has all three).",
+    )
+    g.add_argument(
+        "--forced",
+        type=int,
+        help="Also make the model give the right answer and a one-fact-wrong answer of this many items, to measure "
+        f"the guardrail's recall and false flags on them (default {DEFAULT_FORCED}; smoke {SMOKE_FORCED}; 0: none).",
+    )
+    g.add_argument(
+        "--calibrate-judge",
+        action="store_true",
+        help="Choose the judge's P(yes) threshold on this set (a calibration split, never a held-out set) and "
+        "print it as TESSERA_GROUNDING_JUDGE_THRESHOLD.",
+    )
+    g.add_argument(
+        "--max-tokens", type=int, help=f"Answer length (default {DEFAULT_MAX_TOKENS}; smoke {SMOKE_MAX_TOKENS})."
+    )
+    g.add_argument(
+        "--budget-s", type=float, help="Stop sending items after this many seconds (default 4 h; smoke 600)."
+    )
+    g.add_argument(
+        "--smoke",
+        action="store_true",
+        help="The small set on the small model: checks every step runs and the metrics are well-formed, not the gate.",
+    )
+    return kinds
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _run_grounding(
+    args: argparse.Namespace, launch: Launcher, suite: EvalSuite[Any], progress: Progress
+) -> dict[str, Any]:
+    path = args.set or suite.default_set(args.smoke)
+    items = suite.read(path)[: args.limit] if args.limit else suite.read(path)
+    if not items:
+        raise EvalFailure(f"{path} holds no items")
+    models = args.model or [SMOKE_MODEL if args.smoke else DEFAULT_MODEL]
+    max_tokens = args.max_tokens or (SMOKE_MAX_TOKENS if args.smoke else DEFAULT_MAX_TOKENS)
+    budget = args.budget_s or (SMOKE_BUDGET_S if args.smoke else DEFAULT_BUDGET_S)
+    if args.calibrate_judge and path.stem in suite.heldout:
+        raise EvalFailure(f"{path} is a held-out set: calibrate on a calibration split, never on held-out items")
+    forced = args.forced if args.forced is not None else (SMOKE_FORCED if args.smoke else DEFAULT_FORCED)
+    run = {
+        "max_tokens": max_tokens,
+        "budget_s": budget,
+        "progress": progress,
+        "concurrency": args.concurrency,
+        "forced": forced,
+    }
+    progress(f"{len(items)} items from {path}")
+    if args.base_url:
+        key = args.api_key or os.environ.get("TESSERA_API_KEY") or os.environ.get("OPENAI_API_KEY") or ""
+        report = evaluate(suite, items, models, args.base_url, key, **run)  # type: ignore[arg-type]
+    else:
+        progress(f"starting the embedded server (pools {', '.join(models)})")
+        with launch(models, progress, guardrail=args.guardrail, evidence=args.evidence) as server:
+            report = evaluate(suite, items, models, server.base + "/v1", server.key, **run)  # type: ignore[arg-type]
+    report.update(set=str(path), smoke=bool(args.smoke))
+    return report
+
+
+def _print_forced(model: str, run: dict[str, Any], progress: Progress) -> None:
+    figures = (run.get("forced") or {}).get("figures")
+    if not figures:
+        return
+    for name in ("served", "label_head", "judge"):
+        row = figures["overall"].get(name)
+        if row:
+            progress(
+                f"{model}: forced answers ({figures['usable']} usable of {figures['sent']}), {name}: recall "
+                f"{cell(row, 'recall')} on wrong answers, false flags {cell(row, 'false_flag_rate')} on right ones"
+            )
+
+
+def run_eval(args: argparse.Namespace, launch: Launcher, suite: EvalSuite[Any], progress: Progress = _stderr) -> None:
+    """Runs `tessera eval grounding`; exits non-zero below the gate (or, with --smoke, on any malformed step)."""
+    try:
+        report = _run_grounding(args, launch, suite, progress)
+        write_outputs(report, args.json, args.report)
+        for model, run in report["models"].items():
+            o = run["summary"]["overall"]
+            progress(
+                f"{model}: accuracy {cell(o, 'accuracy')}, hallucinated objects {cell(o, 'hallucination_rate')}, "
+                f"POPE {cell(o, 'pope.accuracy')}, guardrail P/R {cell(o, 'guardrail.precision')}/"
+                f"{cell(o, 'guardrail.recall')}"
+            )
+            _print_forced(model, run, progress)
+            if args.smoke:
+                expected = len(suite.read(Path(report["set"]))[: args.limit or None])
+                check_well_formed(run["summary"], expected)
+            if args.calibrate_judge:
+                chosen = (run.get("judge_calibration") or {}).get("chosen")
+                if chosen is None:
+                    raise EvalFailure("no verdict carried the judge's P(yes): run with --evidence judge or both")
+                progress(
+                    f"{model}: judge threshold {chosen['threshold']} (recall {cell(chosen, 'recall')}, false flags "
+                    f"{cell(chosen, 'false_flag_rate')}): TESSERA_GROUNDING_JUDGE_THRESHOLD={chosen['threshold']}"
+                )
+    except EvalFailure as exc:
+        raise SystemExit(f"eval grounding failed: {exc}") from exc
+    if args.smoke:
+        progress("smoke: every step ran and the metrics are well-formed (the gate is not applied)")
+    elif not report["gate"]["passed"]:
+        raise SystemExit("below the gate: " + "; ".join(report["gate"]["failures"]))

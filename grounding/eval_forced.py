@@ -1,0 +1,118 @@
+"""The guardrail measured on answers the eval chooses: each item's right answer and a wrong one made by changing one
+fact (the suite's `wrong_answer`), which the model is made to give through vLLM's `structured_outputs` choice, so
+the answer goes through the whole served path (encoders, engine, judge, label head) as any answer does.
+
+Recall is the share of wrong answers flagged and false flags the share of right answers flagged: as the tenant's
+policy served them, and as each evidence alone (label head, judge) would have flagged them, overall and per
+modality-mix slice. The judge's own P(yes) threshold is chosen here too (`calibrate_judge`), on a calibration split
+only: never on a held-out set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from grounding.eval_metrics import EVIDENCE, ItemResult, evidence_flags, flag_figures
+
+JUDGE_THRESHOLDS = tuple(round(0.05 * k, 2) for k in range(1, 20))  # the judge's P(yes) thresholds tried
+
+
+def forced_items(items: Sequence[Any], count: int) -> list[Any]:
+    """About `count` items spread evenly over the set (every k-th), so every slice keeps its share."""
+    if count <= 0 or not items:
+        return []
+    step = max(1, len(items) // count)
+    return list(items[::step][:count])
+
+
+def run_forced(
+    ask: Callable[[Any, tuple[str, str]], ItemResult],
+    items: Sequence[Any],
+    wrong_answer: Callable[[Any], str],
+    *,
+    progress: Callable[[str], None],
+    concurrency: int = 1,
+    expired: Callable[[], bool] = lambda: False,
+) -> list[ItemResult]:
+    """Each item asked twice, made to answer its reference answer ("right") and `wrong_answer(item)` ("wrong");
+    `ask(item, (label, answer))` sends one. Stops early once `expired()`."""
+    jobs = [(item, ("right", item.answer)) for item in items] + [
+        (item, ("wrong", wrong_answer(item))) for item in items
+    ]
+
+    def one(job: tuple[Any, tuple[str, str]]) -> ItemResult | None:
+        return None if expired() else ask(*job)
+
+    results: list[ItemResult] = []
+    with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+        for number, result in enumerate(pool.map(one, jobs), 1):
+            if result is None:
+                progress(f"  forced answers: time budget spent after {len(results)} of {len(jobs)}")
+                break
+            results.append(result)
+            if number % 20 == 0 or number == len(jobs):
+                flagged = sum(bool(r.flagged) for r in results if r.forced == "wrong")
+                progress(f"  forced answers [{number}/{len(jobs)}], wrong ones flagged so far: {flagged}")
+    return results
+
+
+def usable_forced(results: Sequence[ItemResult]) -> list[ItemResult]:
+    """The forced answers that came back as forced: a right answer the suite's judge accepts, a wrong one it
+    rejects (a failed request, or a wrong answer that happens to hold, measures nothing)."""
+    return [
+        r
+        for r in results
+        if r.error is None and r.forced is not None and r.correct == (r.forced == "right") and r.flagged is not None
+    ]
+
+
+def _figures(results: list[ItemResult]) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "right": sum(r.forced == "right" for r in results),
+        "wrong": sum(r.forced == "wrong" for r in results),
+        "served": flag_figures([(bool(r.flagged), r.correct) for r in results]),
+    }
+    for name in EVIDENCE:
+        if any(name in (r.evidence_scores or {}) for r in results):
+            out[name] = flag_figures(evidence_flags(results, name))
+    return out
+
+
+def forced_figures(results: Sequence[ItemResult]) -> dict[str, Any]:
+    """Recall on the wrong answers and false flags on the right ones, as served and per evidence; overall and per
+    modality-mix slice; with how many forced answers were sent and how many came back usable."""
+    usable = usable_forced(results)
+    by_mix = {m: _figures([r for r in usable if r.mix == m]) for m in sorted({r.mix for r in usable})}
+    return {"sent": len(results), "usable": len(usable), "overall": _figures(usable), "by_mix": by_mix}
+
+
+def _judge_score(result: ItemResult, threshold: float) -> float | None:
+    """The answer's judge-only score had the judge held claims supported at P(yes) >= `threshold`."""
+    p = [c["p_yes"] for c in result.checked or () if c.get("evidence") == "judge" and c.get("p_yes") is not None]
+    return None if not p else sum(v >= threshold for v in p) / len(p)
+
+
+def calibrate_judge(results: Sequence[ItemResult], false_flag_max: float = 0.05) -> dict[str, Any] | None:
+    """The judge's P(yes) threshold that flags the most wrong answers while flagging at most `false_flag_max` of
+    the right ones (the fewest false flags when none does), from answers whose verdicts carried the judge's P(yes);
+    None without any."""
+    scored = [r for r in results if r.threshold is not None and _judge_score(r, 0.5) is not None]
+    if not scored:
+        return None
+    rows = []
+    for t in JUDGE_THRESHOLDS:
+        flags = []
+        for r in scored:
+            score = _judge_score(r, t)
+            assert score is not None
+            assert r.threshold is not None
+            flags.append((score < r.threshold, r.correct))
+        rows.append({"threshold": t, **flag_figures(flags)})
+    within = [r for r in rows if r["false_flag_rate"] is not None and r["false_flag_rate"] <= false_flag_max]
+    if within:
+        best = max(within, key=lambda r: (r["recall"] or 0.0, -r["threshold"]))
+    else:
+        best = min(rows, key=lambda r: (r["false_flag_rate"] or 0.0, -(r["recall"] or 0.0)))
+    return {"answers": len(scored), "false_flag_max": false_flag_max, "chosen": best, "swept": rows}
