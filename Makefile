@@ -37,6 +37,7 @@ bench-smoke: setup
 	$(VENV)/bin/tessera bench latency --smoke --json artifacts/bench-smoke/latency.json
 	$(VENV)/bin/tessera bench tenancy --smoke --json artifacts/bench-smoke/tenancy.json
 	$(VENV)/bin/tessera bench structured --smoke --json artifacts/bench-smoke/structured.json
+	$(VENV)/bin/tessera bench grounding --smoke --json artifacts/bench-smoke/grounding.json
 	$(VENV)/bin/tessera bench batch --smoke --json artifacts/bench-smoke/batch.json
 	$(VENV)/bin/tessera bench fleet --smoke --json artifacts/bench-smoke/fleet.json
 	$(VENV)/bin/tessera bench load --smoke --json artifacts/bench-smoke/load.json
@@ -48,6 +49,7 @@ bench: setup
 	$(VENV)/bin/tessera bench latency --json artifacts/bench_latency.json
 	$(VENV)/bin/tessera bench tenancy --json artifacts/bench_tenancy.json
 	$(VENV)/bin/tessera bench structured --json artifacts/bench_structured.json
+	$(VENV)/bin/tessera bench grounding --json artifacts/bench_grounding.json
 	$(VENV)/bin/tessera bench batch --json artifacts/bench_batch.json
 	$(VENV)/bin/tessera bench fleet --json artifacts/bench_fleet.json --plot artifacts/bench_fleet.png
 	$(VENV)/bin/tessera bench load --json artifacts/bench_load.json --plot artifacts/bench_load.png

@@ -11,8 +11,8 @@ SMOKE_HELP = "Tiny counts that still run every step, live server included (a min
 
 
 def add_bench_parser(subparsers: Any) -> None:
-    """Adds `bench pipeline|latency|tenancy|structured|fleet|batch|load`, each with `--json PATH` (required) and
-    `--smoke`."""
+    """Adds `bench pipeline|latency|tenancy|structured|fleet|batch|load|grounding`, each with `--json PATH`
+    (required) and `--smoke`."""
     bench = subparsers.add_parser("bench", help="Benchmarks (each writes JSON; --smoke for a quick check).")
     kinds = bench.add_subparsers(dest="bench_command", required=True)
     pipe = kinds.add_parser("pipeline", help="Encoder pools, embedding cache and admission vs the plain path.")
@@ -34,6 +34,10 @@ def add_bench_parser(subparsers: Any) -> None:
         "--replica-kv-mib", type=float, help="KV cache of each replica the bench starts (default 64; smoke 16)."
     )
     fleet.add_argument("--plot", type=Path, help="Also draw the TTFT CDF of both policies (every round) to this PNG.")
+    grounding = kinds.add_parser(
+        "grounding", help="What the grounding guardrail adds under flag: label head, judge and both, side by side."
+    )
+    grounding.add_argument("--rounds", type=int, help="Rounds of one request per side (default 15; smoke 2).")
     batch = kinds.add_parser("batch", help="Interactive TTFT with a batch draining beside it; the batch's throughput.")
     batch.add_argument("--rate", type=float, help="Interactive req/s (default: half the goodput the bench measures).")
     batch.add_argument("--lines", type=int, help="Lines in the batch (default 500; smoke 40).")
@@ -44,7 +48,7 @@ def add_bench_parser(subparsers: Any) -> None:
     load.add_argument("--rates", help="Comma-separated ladder of req/s (default 4,8,16,24,32,48,64).")
     load.add_argument("--repeats", type=int, help="Ladders per server, alternating servers (default 3; smoke 1).")
     load.add_argument("--plot", type=Path, help="Also draw TTFT p99 against rate for both servers (PNG).")
-    for p in (pipe, latency, tenancy, structured, fleet, batch, load):
+    for p in (pipe, latency, tenancy, structured, fleet, batch, load, grounding):
         p.add_argument("--json", type=Path, required=True, help="Where to write the results.")
         p.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
 
@@ -64,6 +68,10 @@ def run_bench(args: argparse.Namespace) -> None:
             from bench.structured import run_structured_bench
 
             run_structured_bench(args.json, settings, smoke=args.smoke)
+        elif args.bench_command == "grounding":
+            from bench.grounding import run_grounding_bench
+
+            run_grounding_bench(args.json, settings, smoke=args.smoke, rounds=args.rounds)
         elif args.bench_command == "latency":
             from bench.latency import run_latency_bench
 

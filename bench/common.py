@@ -80,10 +80,12 @@ def unique_text() -> str:
 
 
 async def stream_chat(http: httpx.AsyncClient, base: str, key: str, body: dict[str, Any]) -> dict[str, Any]:
-    """Streams one chat completion. Returns ttft_s, total_s and the final usage (None if the server sent none)."""
+    """Streams one chat completion. Returns ttft_s, last_s (when the last text came), total_s and the final usage
+    (None if the server sent none)."""
     started = time.perf_counter()
     payload = {**body, "stream": True, "stream_options": {"include_usage": True}}
     first: float | None = None
+    last = 0.0  # when the last content arrived
     usage: dict[str, Any] | None = None
     async with http.stream(
         "POST", base + "/v1/chat/completions", json=payload, headers={"authorization": f"Bearer {key}"}
@@ -98,12 +100,14 @@ async def stream_chat(http: httpx.AsyncClient, base: str, key: str, body: dict[s
             if "error" in chunk:
                 raise BenchFailure(f"bench stream to '{body.get('model')}' failed: {chunk['error']}")
             choices = chunk.get("choices") or []
-            if first is None and choices and (choices[0].get("delta") or {}).get("content"):
-                first = time.perf_counter() - started
+            if choices and (choices[0].get("delta") or {}).get("content"):
+                last = time.perf_counter() - started
+                first = last if first is None else first
             if chunk.get("usage"):
                 usage = chunk["usage"]
     total = time.perf_counter() - started
-    return {"ttft_s": first if first is not None else total, "total_s": total, "usage": usage, "first": first}
+    ttft = first if first is not None else total
+    return {"ttft_s": ttft, "total_s": total, "usage": usage, "first": first, "last_s": last if last else ttft}
 
 
 async def ttft(http: httpx.AsyncClient, base: str, key: str, body: dict[str, Any]) -> float:

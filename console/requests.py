@@ -50,7 +50,7 @@ def _filters(model: str | None, mix: str | None, status: str | None, grounding_b
     return {"model": model or None, "mix": mix or None, "status": status or None, "grounding_below": threshold}
 
 
-GROUNDING_WAIT_S = 120.0  # past this, an unscored audio request is shown as not scored rather than pending
+GROUNDING_WAIT_S = 120.0  # past this, an unscored media request is shown as not scored rather than pending
 
 
 def _row(r: dict[str, Any], grounding: bool = False) -> dict[str, Any]:
@@ -59,7 +59,7 @@ def _row(r: dict[str, Any], grounding: bool = False) -> dict[str, Any]:
     pending = (
         grounding
         and r["grounding_score"] is None
-        and "audio" in r["modalities"].split("+")
+        and bool(set(r["modalities"].split("+")) - {"text"})  # audio and images are scored after the answer
         and r["status"] == "completed"
         and r.get("endpoint", "chat") == "chat"  # only chat answers are scored
         and age < GROUNDING_WAIT_S

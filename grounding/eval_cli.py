@@ -45,6 +45,9 @@ def add_eval_parser(subparsers: Any) -> Any:
     g.add_argument("--report", type=Path, help="Write an HTML report here.")
     g.add_argument("--limit", type=int, help="Evaluate only the first N items.")
     g.add_argument(
+        "--every", type=int, default=1, help="Evaluate every K-th item (default 1: all); slices keep their shares."
+    )
+    g.add_argument(
         "--concurrency", type=int, default=4, help="Items in flight at once (default 4; answers are greedy either way)."
     )
     g.add_argument(
@@ -90,11 +93,18 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+def _chosen(items: Any, args: argparse.Namespace) -> Any:
+    """The items `--every` and `--limit` choose."""
+    return items[:: args.every][: args.limit or None]
+
+
 def _run_grounding(
     args: argparse.Namespace, launch: Launcher, suite: EvalSuite[Any], progress: Progress
 ) -> dict[str, Any]:
     path = args.set or suite.default_set(args.smoke)
-    items = suite.read(path)[: args.limit] if args.limit else suite.read(path)
+    if args.every < 1:
+        raise EvalFailure(f"--every must be 1 or more, got {args.every}")
+    items = _chosen(suite.read(path), args)
     if not items:
         raise EvalFailure(f"{path} holds no items")
     models = args.model or [SMOKE_MODEL if args.smoke else DEFAULT_MODEL]
@@ -118,7 +128,7 @@ def _run_grounding(
         progress(f"starting the embedded server (pools {', '.join(models)})")
         with launch(models, progress, guardrail=args.guardrail, evidence=args.evidence) as server:
             report = evaluate(suite, items, models, server.base + "/v1", server.key, **run)  # type: ignore[arg-type]
-    report.update(set=str(path), smoke=bool(args.smoke))
+    report.update(set=str(path), smoke=bool(args.smoke), every=args.every, limit=args.limit)
     return report
 
 
@@ -149,7 +159,7 @@ def run_eval(args: argparse.Namespace, launch: Launcher, suite: EvalSuite[Any], 
             )
             _print_forced(model, run, progress)
             if args.smoke:
-                expected = len(suite.read(Path(report["set"]))[: args.limit or None])
+                expected = len(_chosen(suite.read(Path(report["set"])), args))
                 check_well_formed(run["summary"], expected)
             if args.calibrate_judge:
                 chosen = (run.get("judge_calibration") or {}).get("chosen")

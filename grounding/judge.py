@@ -44,7 +44,9 @@ MAX_QUESTIONS = 8  # per answer: the first claims in its order, so a long answer
 TOP_LOGPROBS = 10
 YES = frozenset({"yes", "y", "true", "correct"})
 NO = frozenset({"no", "n", "false", "incorrect"})
-CallerFactory = Callable[[CallerIdentity, str], Awaitable[CallerPolicy | None]]
+# an answer's caller -> the caller policy of each judge question about it, by the question's request id (None: the
+# key is gone)
+CallerFactory = Callable[[CallerIdentity], Awaitable[Callable[[str], CallerPolicy] | None]]
 
 
 @dataclass(frozen=True)
@@ -164,8 +166,12 @@ class Judge:
             asks += [(i, question_for(claim, m, whole)) for m in claim.media() if m in media and m in taken]
         if not asks:
             return []
+        policy_of = await self._callers(record.caller)  # the key's principal, read once per answer
+        if policy_of is None:
+            return None
+        ids = [judge_request_id(record.request_id, n) for n in range(len(asks))]
         answers = await asyncio.gather(
-            *(self._ask(record, model, q, judge_request_id(record.request_id, n)) for n, (_, q) in enumerate(asks))
+            *(self._ask(record, model, q, rid, policy_of(rid)) for (_, q), rid in zip(asks, ids, strict=True))
         )
         judged = []
         for i, claim in enumerate(claims):
@@ -178,12 +184,11 @@ class Judge:
             judged.append(JudgedClaim(claim.text, tuple(q for q, _ in mine), best, supported))
         return judged
 
-    async def _ask(self, record: CompletionRecord, model: str, question: str, request_id: str) -> float | None:
+    async def _ask(
+        self, record: CompletionRecord, model: str, question: str, request_id: str, caller: CallerPolicy
+    ) -> float | None:
         from serving.service import GenerationRequest
 
-        caller = await self._callers(record.caller, request_id)
-        if caller is None:
-            return None
         request = GenerationRequest(
             model=model,
             messages=judge_messages(record.messages, question),

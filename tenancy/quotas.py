@@ -332,14 +332,15 @@ class QuotaGate:
 
 def judge_callers(
     directory: Directory, gate: QuotaGate
-) -> Callable[[CallerIdentity, str], Awaitable[TenantPolicy | None]]:
-    """The caller policy of a grounding judge's question about an answer of `identity`'s key: the key's principal
-    as it is now (None once the key is gone), judging (`TenantPolicy.judging`)."""
+) -> Callable[[CallerIdentity], Awaitable[Callable[[str], TenantPolicy] | None]]:
+    """For an answer of `identity`'s key: the caller policy of each of the grounding judge's questions about it
+    (by the question's request id), the key's principal read once, as it is now (None once the key is gone),
+    judging (`TenantPolicy.judging`)."""
 
-    async def caller(identity: CallerIdentity, request_id: str) -> TenantPolicy | None:
+    async def callers(identity: CallerIdentity) -> Callable[[str], TenantPolicy] | None:
         if identity.key_id is None:
             return None
         principal = await asyncio.to_thread(directory.by_key_id, identity.key_id)
-        return None if principal is None else gate.policy(principal).judging(request_id)
+        return None if principal is None else gate.policy(principal).judging
 
-    return caller
+    return callers

@@ -37,3 +37,9 @@ def test_smoke_eval_runs_every_item_and_writes_well_formed_reports(server, tmp_p
     assert 0.0 <= summary["overall"]["accuracy"] <= 1.0
     assert "By question kind" in page.read_text()
     assert any(line.startswith("  small [14/14]") for line in lines)
+    made = run["forced"]["results"]  # right and one-fact-wrong answers of 3 items, forced by structured outputs
+    assert [r["forced"] for r in made] == ["right"] * 3 + ["wrong"] * 3
+    assert all(r["error"] is None for r in made)
+    assert [r["answer"] for r in made[:3]] == [r["reference"] for r in made[:3]], "the model gave the forced answer"
+    assert not any(r["correct"] for r in made[3:]), "the forced wrong answers are wrong"
+    assert run["forced"]["figures"]["sent"] == 6

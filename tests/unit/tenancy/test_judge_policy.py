@@ -35,8 +35,9 @@ def test_a_tenant_at_its_concurrency_limit_is_still_judged(db):
         answering = await gate.policy(principal).reserve("small", _tokens(10))  # the tenant's one slot
         with pytest.raises(RateLimited):
             await gate.policy(principal).reserve("small", _tokens(10))
-        caller = await judge_callers(d, gate)(CallerIdentity(tenant.id, issued.key_id), "grnd-1")
-        assert caller is not None
+        questions = await judge_callers(d, gate)(CallerIdentity(tenant.id, issued.key_id))
+        assert questions is not None
+        caller = questions("grnd-1")
         await caller.precheck()
         caller.check_model("large")  # the judge pool is the operator's choice, not the key's
         judging = await caller.reserve("large", _tokens(10))
@@ -46,7 +47,7 @@ def test_a_tenant_at_its_concurrency_limit_is_still_judged(db):
         assert (identity.request_id, identity.grounding_policy, identity.priority) == ("grnd-1", "off", "interactive")
         assert identity.tenant_id == tenant.id
         assert gate.policy(principal).identity.grounding_evidence == "judge"
-        assert await judge_callers(d, gate)(CallerIdentity(tenant.id, None), "grnd-2") is None
+        assert await judge_callers(d, gate)(CallerIdentity(tenant.id, None)) is None
 
     asyncio.run(run())
 
