@@ -70,6 +70,12 @@ def add_eval_parser(subparsers: Any) -> Any:
         f"the guardrail's recall and false flags on them (default {DEFAULT_FORCED}; smoke {SMOKE_FORCED}; 0: none).",
     )
     g.add_argument(
+        "--judge-threshold",
+        type=float,
+        help="The embedded server's TESSERA_GROUNDING_JUDGE_THRESHOLD (default: the server's, 0.5); take it from a "
+        "--calibrate-judge run.",
+    )
+    g.add_argument(
         "--calibrate-judge",
         action="store_true",
         help="Choose the judge's P(yes) threshold on this set (a calibration split, never a held-out set) and "
@@ -126,7 +132,8 @@ def _run_grounding(
         report = evaluate(suite, items, models, args.base_url, key, **run)  # type: ignore[arg-type]
     else:
         progress(f"starting the embedded server (pools {', '.join(models)})")
-        with launch(models, progress, guardrail=args.guardrail, evidence=args.evidence) as server:
+        launched = {"guardrail": args.guardrail, "evidence": args.evidence, "judge_threshold": args.judge_threshold}
+        with launch(models, progress, **launched) as server:
             report = evaluate(suite, items, models, server.base + "/v1", server.key, **run)  # type: ignore[arg-type]
     report.update(set=str(path), smoke=bool(args.smoke), every=args.every, limit=args.limit)
     return report

@@ -146,20 +146,24 @@ def manage(args: argparse.Namespace) -> None:
         raise SystemExit(f"error: {exc.message}") from exc
 
 
-def _eval_server(models: list[str], progress: Any, guardrail: str = "flag", evidence: str = "both") -> Any:
+def _eval_server(
+    models: list[str],
+    progress: Any,
+    guardrail: str = "flag",
+    evidence: str = "both",
+    judge_threshold: float | None = None,
+) -> Any:
     """A live embedded server of the demo pools `models` for `tessera eval`, launched as the benches launch theirs;
-    its tenant's grounding guardrail is `guardrail` (flag: every answer carries its verdict), on `evidence`."""
+    its tenant's grounding guardrail is `guardrail` (flag: every answer carries its verdict), on `evidence`, and
+    its judge holds claims at `judge_threshold` (None: the default)."""
     from bench.server import live_server
     from demo.checkpoints import build_demo_checkpoints
 
     demo_dir = Settings().demo_dir()
     build_demo_checkpoints(demo_dir, models, progress=progress)
-    return live_server(
-        demo_dir,
-        [{"name": m} for m in models],
-        progress,
-        quota={"grounding_policy": guardrail, "grounding_evidence": evidence},
-    )
+    quota = {"grounding_policy": guardrail, "grounding_evidence": evidence}
+    env = {} if judge_threshold is None else {"TESSERA_GROUNDING_JUDGE_THRESHOLD": str(judge_threshold)}
+    return live_server(demo_dir, [{"name": m} for m in models], progress, env=env, quota=quota)
 
 
 def main(argv: list[str] | None = None) -> None:
