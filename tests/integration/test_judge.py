@@ -67,3 +67,33 @@ def test_label_head_evidence_stays_the_default_and_asks_no_judge(server):
         f"{server.v1}/usage/{judge_request_id(answer.id, 0)}", headers={"authorization": f"Bearer {key}"}, timeout=30
     )
     assert missing.status_code == 404
+
+
+def _forced(client, messages: list[dict], answer: str):
+    """The pool made to give `answer` (vLLM's structured_outputs choice), so the guardrail judges a chosen answer."""
+    return client.chat.completions.create(
+        model="large",
+        messages=messages,
+        max_tokens=64,
+        temperature=0,
+        extra_body={"structured_outputs": {"choice": [answer]}},
+    )
+
+
+def test_the_judge_reads_claims_in_words_on_no_list(server):
+    """Judge-only evidence on an image of one blue square: a thing no list names ("a giraffe by the window") is
+    unsupported, a true one in words no checker knows ("the background is light") is supported, and the wrong
+    colour of the shape is caught."""
+    key = new_tenant(server, "words", grounding_policy="flag", grounding_evidence="judge")
+    client = openai_client(server.v1, key, timeout=180)
+    answer = "There is a giraffe by the window. The background is light. The square is red."
+    got = _forced(client, _image_turn("What is in this image?"), answer)
+    assert got.choices[0].message.content == answer
+    verdict = got.model_dump()["grounding"]
+    by_claim = {c["claim"]: c for c in verdict["checked_claims"]}
+    assert by_claim["a giraffe by the window"]["supported"] is False, by_claim
+    assert by_claim["The background is light"]["supported"] is True, by_claim
+    assert by_claim["The square is red"]["supported"] is False, by_claim
+    assert verdict["flagged"] is True
+    right = _forced(client, _image_turn("What is in this image?"), "A blue square on a light background.")
+    assert right.model_dump()["grounding"]["flagged"] is False, right.model_dump()["grounding"]
