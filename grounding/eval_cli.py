@@ -45,7 +45,11 @@ def add_eval_parser(subparsers: Any) -> Any:
     g.add_argument("--report", type=Path, help="Write an HTML report here.")
     g.add_argument("--limit", type=int, help="Evaluate only the first N items.")
     g.add_argument(
-        "--every", type=int, default=1, help="Evaluate every K-th item (default 1: all); slices keep their shares."
+        "--every",
+        type=int,
+        default=1,
+        help="Evaluate every K-th item (default 1: all); the golden sets cycle their question kinds every six items, "
+        "so take K prime to 6 (5, 7) to keep every kind.",
     )
     g.add_argument(
         "--concurrency", type=int, default=4, help="Items in flight at once (default 4; answers are greedy either way)."
