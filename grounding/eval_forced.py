@@ -20,11 +20,11 @@ JUDGE_THRESHOLDS = tuple(round(0.05 * k, 2) for k in range(1, 20))  # the judge'
 
 
 def forced_items(items: Sequence[Any], count: int) -> list[Any]:
-    """About `count` items spread evenly over the set (every k-th), so every slice keeps its share."""
+    """`count` items (at most all) spread evenly over the set, so every slice keeps its share."""
     if count <= 0 or not items:
         return []
-    step = max(1, len(items) // count)
-    return list(items[::step][:count])
+    count = min(count, len(items))
+    return [items[i * len(items) // count] for i in range(count)]
 
 
 def run_forced(

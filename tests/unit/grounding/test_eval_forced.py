@@ -1,6 +1,8 @@
 """The guardrail on forced answers: which come back usable, recall and false flags per evidence and slice, the
 judge's threshold chosen on a calibration split, and the gate on them."""
 
+import collections
+
 import numpy as np
 import pytest
 
@@ -61,6 +63,9 @@ def test_forced_run_sends_each_items_right_and_wrong_answer():
     chosen = forced_items(items, 12)
     assert len(chosen) == 12
     assert {i.mix for i in chosen} == {"image", "audio", "image+audio"}
+    spread = collections.Counter(i.mix for i in forced_items(items[:120], 75))  # not the first 75
+    assert spread == {"image": 38, "audio": 37}
+    assert len(forced_items(items, 10_000)) == len(items)
     sent: list[tuple[str, str]] = []
 
     def ask(item, answer):
