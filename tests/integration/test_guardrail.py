@@ -13,6 +13,18 @@ from tests import media
 from tests.admin import new_tenant
 from tests.openai_wire import openai_client
 
+# the `grounding` object of a flagged or passed response; `evidence_scores`: each evidence's own score
+VERDICT_FIELDS = {
+    "score",
+    "threshold",
+    "passed",
+    "flagged",
+    "claims",
+    "unsupported_claims",
+    "checked_claims",
+    "evidence_scores",
+}
+
 
 def _tenant(server, policy: str, threshold: float = 0.9) -> str:
     """A new tenant under `policy`; returns its key."""
@@ -53,7 +65,8 @@ def test_flag_puts_the_verdict_on_the_response_and_on_the_last_chunk(server):
     client = openai_client(server.v1, key, timeout=120)
     whole = client.chat.completions.create(model="large", messages=_image_question(_red_circle()), max_tokens=24)
     verdict = whole.model_dump()["grounding"]
-    assert set(verdict) == {"score", "threshold", "passed", "flagged", "claims", "unsupported_claims", "checked_claims"}
+    assert set(verdict) == VERDICT_FIELDS
+    assert verdict["evidence_scores"] == {"label_head": verdict["score"]}  # the tenant's evidence, the default
     assert verdict["passed"] is (verdict["score"] >= 0.9)
     assert verdict["flagged"] is not verdict["passed"]
     receipt = _receipt(server, key, whole.id)
@@ -156,7 +169,8 @@ def test_flag_puts_the_verdict_on_a_response_and_on_response_completed(server):
     question = _responses_input(_image_question(_red_circle())[0]["content"])
     whole = client.responses.create(model="large", input=question, max_output_tokens=24).model_dump()
     verdict = whole["grounding"]
-    assert set(verdict) == {"score", "threshold", "passed", "flagged", "claims", "unsupported_claims", "checked_claims"}
+    assert set(verdict) == VERDICT_FIELDS
+    assert verdict["evidence_scores"] == {"label_head": verdict["score"]}
     assert whole["output"][0]["content"][0]["type"] == "output_text"
     receipt = _receipt(server, key, lease_id(whole["id"]))
     assert (receipt["grounding_score"], receipt["grounding_passed"]) == (verdict["score"], verdict["passed"])
