@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from grounding.image_evidence import position_of
+
 SHAPES = ("circle", "square", "triangle", "star")
 COLOURS = ("red", "green", "blue", "yellow", "orange", "purple", "black")
 SIZES = ("small", "large")
@@ -159,19 +161,13 @@ def sample_scene(rng: np.random.Generator, *, n_shapes: int | None = None) -> Sc
 FREE_SMALL = (0.045, 0.07)
 FREE_LARGE = (0.10, 0.33)
 FREE_MAX_NOISE_SIGMA = 12.0
-CENTRE_BAND = 0.17  # half-width of the centre region, as a fraction of each side
 REGION_MARGIN = 0.04  # how far inside its region a free shape's centre lies
 
 
 def region_of(x: float, y: float) -> str:
-    """The position word of a point (fractions of the width and height): the centre band, else the side the point
-    leans to most."""
-    dx, dy = x - 0.5, y - 0.5
-    if abs(dx) < CENTRE_BAND and abs(dy) < CENTRE_BAND:
-        return "centre"
-    if abs(dx) >= abs(dy):
-        return "left" if dx < 0 else "right"
-    return "top" if dy < 0 else "bottom"
+    """The position word of a point (fractions of the width and height), read as the label head's detections are
+    read (grounding.image_evidence `position_of`, which takes row then column)."""
+    return position_of(y, x)
 
 
 def _clearly_in_region(x: float, y: float) -> bool:
