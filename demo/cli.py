@@ -76,6 +76,7 @@ def train_demo(args: argparse.Namespace) -> None:
         ("joint_lone_share", args.lone_share),
         ("joint_free_share", args.free_share),
         ("joint_verify_share", args.verify_share),
+        ("loss_per_item", True if args.loss_per_item else None),
         ("spread_beyond", args.spread_beyond),
         ("audio_variety", args.audio_variety),
         ("lr", args.lr),
@@ -179,6 +180,12 @@ def add_models_parser(sub: Any) -> None:
         type=float,
         default=None,
         help="Share of the joint stage's items asked the grounding judge's yes/no questions instead (default 0).",
+    )
+    train.add_argument(
+        "--loss-per-item",
+        action="store_true",
+        help="Average the joint stage's answer loss over each item, then over items, so a one-word answer weighs "
+        "as much as a long one (default: over every answer token of a batch).",
     )
     train.add_argument(
         "--spread-beyond",

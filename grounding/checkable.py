@@ -22,13 +22,12 @@ table of wordings it must read is tests/unit/grounding/test_checkable.py.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Literal
 
-from grounding.claims import GIVEN_NAMES, NUMBER_WORDS, WEEKDAYS, article
+from grounding.checkable_claim import CheckableClaim, Medium
+from grounding.claims import NUMBER_WORDS
+from grounding.spoken_claims import spoken_claims
 
-Medium = Literal["image", "audio"]
-Kind = Literal["object", "attribute", "name", "date", "time", "number"]
+__all__ = ["CheckableClaim", "Medium", "checkable_claims"]
 
 _DETERMINERS = frozenset({"a", "an", "the", "some", "several", "many", "another", "one", "single"})
 _NUMBERS = {w: i for i, w in enumerate(NUMBER_WORDS)}
@@ -162,80 +161,8 @@ _NOT_OBJECTS = frozenset(
 _SCENES = frozenset({"image", "picture", "photo", "photograph", "frame"})  # "in the image" is no position
 _AUDIO_SCENES = frozenset({"clip", "audio", "recording", "speaker", "voice"})
 _FILLERS = frozenset({"there", "it", "this", "that", "i", "you", "we", "they", "he", "she", "also", "just"})
-_MONTHS = [
-    "January",
-    "February",
-    "March",
-    "April",
-    "May",
-    "June",
-    "July",
-    "August",
-    "September",
-    "October",
-    "November",
-    "December",
-]
-_TIME = re.compile(r"\b(\d{1,2}(?::\d{2})?\s?(?:am|pm|a\.m\.|p\.m\.)|\d{1,2}:\d{2}|noon|midnight|\w+ o'clock)\b", re.I)
-_DATE = re.compile(
-    rf"\b(?:(?:{'|'.join(_MONTHS)})\s+\d{{1,2}}(?:st|nd|rd|th)?|\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?"
-    rf"(?:{'|'.join(_MONTHS)})|(?:the\s+)?\d{{1,2}}(?:st|nd|rd|th))\b",
-    re.I,
-)
-_NAME_CUE = re.compile(r"\b(?:name is|named|called|call|this is|ask for|from|with|to)\s+([A-Z][a-z]+)")
 _WORD = re.compile(r"[A-Za-z]+(?:'[a-z]+)?|\d+(?:[.:]\d+)?")
 _CLAUSE = re.compile(r"[.!?;\n]+|,\s*(?:and|but|while)?\s*|\s+(?:and|but)\s+(?=(?:there|the|a|an|it|i)\b)", re.I)
-
-
-@dataclass(frozen=True)
-class CheckableClaim:
-    """One fact an answer states that the media can confirm or deny."""
-
-    kind: Kind
-    text: str  # the answer's own words for it
-    subject: str  # the head noun, or the spoken value (a name, a date)
-    attributes: tuple[str, ...] = ()
-    position: str | None = None  # a place phrase, e.g. "by the window"
-    count: int | None = None
-
-    def key(self) -> tuple[str, str, tuple[str, ...], str | None, int | None]:
-        return (self.kind, self.subject, self.attributes, self.position, self.count)
-
-    def question(self, medium: Medium) -> str:
-        """The yes/no verification question about this claim (POPE-style)."""
-        if self.kind == "object":
-            where = f" {self.position}" if self.position else ""
-            if self.count is not None and self.count != 1:
-                many = " ".join((*self.attributes, _plural(self.subject)))
-                number = NUMBER_WORDS[self.count] if self.count < len(NUMBER_WORDS) else str(self.count)
-                return f"Are there {number} {many}{where} in the {_noun(medium)}?"
-            described = " ".join((*self.attributes, self.subject))
-            return f"Is there {article(described)} {described}{where} in the {_noun(medium)}?"
-        if self.kind == "attribute":
-            verb = "are" if self.subject.endswith("s") and not self.subject.endswith("ss") else "is"
-            return f"In the {_noun(medium)}, {verb} the {self.subject} {' '.join(self.attributes)}?"
-        if self.kind == "name":
-            return f"Does the speaker say the name {self.subject}?"
-        if self.kind in ("date", "time"):
-            return f"Does the speaker mention {self.subject}?"
-        return f"Does the speaker say the number {self.subject}?"
-
-    def media(self) -> tuple[Medium, ...]:
-        """The media that can speak to it: things and their looks are seen, names, dates, times and numbers heard;
-        a thing may also be heard of ("a dog barks", "the speaker mentions an apple")."""
-        if self.kind in ("object", "attribute"):
-            return ("image", "audio") if self.kind == "object" else ("image",)
-        return ("audio",)
-
-
-def _noun(medium: Medium) -> str:
-    return "image" if medium == "image" else "audio clip"
-
-
-def _plural(word: str) -> str:
-    if word.endswith("y") and word[-2:-1] not in ("a", "e", "o", "u"):
-        return word[:-1] + "ies"
-    return word + ("es" if word.endswith(("s", "x", "ch", "sh")) else "s")
 
 
 def _singular(word: str) -> str:
@@ -319,20 +246,38 @@ def _is_number_like(word: str) -> bool:
     return word.isdigit() or word in _NUMBERS
 
 
-def _attribute_at(words: list[str], copula: int) -> CheckableClaim | None:
-    """'the background is light grey': the subject before the copula at `copula`, the adjectives after it."""
-    lowered = [w.lower() for w in words]
-    if copula < 2 or lowered[copula - 2] not in ("the", "its", "their"):
-        return None
-    subject = lowered[copula - 1]
+_SUBJECT_STARTS = frozenset({"the", "its", "their", "his", "her", "my", "our", "your"})
+
+
+def _tail(words: list[str], copula: int) -> tuple[str, ...]:
+    """The adjectives after the copula at `copula`, as written, so a name keeps its capital."""
     tail = []
-    for word in lowered[copula + 1 :]:
+    for written in words[copula + 1 :]:
+        word = written.lower()
         if word in _BREAKS or word in _DETERMINERS or word in _NEGATORS or _is_number_like(word):
             break
-        tail.append(word)
-    if not tail or len(tail) > 3 or subject in _FILLERS:
+        tail.append(written)
+    return tuple(tail)
+
+
+def _attribute(words: list[str], start: int, end: int, copula: int, position: str | None) -> CheckableClaim | None:
+    """The subject words[start + 1:end] after "the" (or a possessive) at `start`, maybe with a place, then the
+    copula at `copula` and one to three adjectives: "the big square in the middle is green"."""
+    subject = " ".join(w.lower() for w in words[start + 1 : end])
+    tail = _tail(words, copula)
+    if words[start].lower() not in _SUBJECT_STARTS or not subject or subject in _FILLERS or not 0 < len(tail) <= 3:
         return None
-    return CheckableClaim("attribute", " ".join(words[copula - 2 : copula + 1 + len(tail)]), subject, tuple(tail))
+    return CheckableClaim("attribute", " ".join(words[start : copula + 1 + len(tail)]), subject, tail, position)
+
+
+def _attribute_at(words: list[str], copula: int) -> CheckableClaim | None:
+    """'its colour is purple': a subject of up to four words after the nearest "the" or possessive before the copula
+    at `copula` (a subject after a determiner is read with its noun phrase, in `_clause_claims`)."""
+    lowered = [w.lower() for w in words]
+    start = next((s for s in range(copula - 2, max(-1, copula - 6), -1) if lowered[s] in _SUBJECT_STARTS), None)
+    if start is None or any(w in _BREAKS or w in _DETERMINERS for w in lowered[start + 1 : copula]):
+        return None
+    return _attribute(words, start, copula, copula, None)
 
 
 def _clause_claims(clause: str) -> list[CheckableClaim]:
@@ -349,6 +294,15 @@ def _clause_claims(clause: str) -> list[CheckableClaim]:
             continue
         if word in _DETERMINERS or (_is_number_like(word) and not _looks_like_time(lowered, i)):
             claim, after, place_end = _object_at(words, i, nested=i < place_ends)
+            # "the speaker's favourite colour is purple", "the square in the middle is green": the noun phrase is
+            # the subject of an attribute claim, which says more than the object alone
+            copula = next((c for c in (after, place_end) if c < len(words) and lowered[c] in _COPULAS), None)
+            if copula is not None and not negated:
+                position = claim.position if claim is not None and copula == place_end else None
+                if (attribute := _attribute(words, i, after, copula, position)) is not None:
+                    out.append(attribute)
+                    i = copula + 1 + len(attribute.attributes)
+                    continue
             if claim is not None and not negated:
                 out.append(claim)
             place_ends = max(place_ends, place_end)
@@ -362,32 +316,13 @@ def _looks_like_time(lowered: list[str], i: int) -> bool:
     return ":" in lowered[i] or lowered[i + 1 : i + 2] in (["am"], ["pm"], ["o'clock"])
 
 
-def _spoken(answer: str) -> list[CheckableClaim]:
-    out: list[CheckableClaim] = []
-    for match in _TIME.finditer(answer):
-        out.append(CheckableClaim("time", match.group(0), match.group(0).lower()))
-    for match in _DATE.finditer(answer):
-        value = match.group(0)
-        if value.lower().startswith("the ") or any(m.lower() in value.lower() for m in _MONTHS):
-            out.append(CheckableClaim("date", value, value.removeprefix("the ").removeprefix("The ")))
-    for day in WEEKDAYS:
-        if re.search(rf"\b{day}s?\b", answer, re.I):
-            out.append(CheckableClaim("date", day, day))
-    names = {m.group(1) for m in _NAME_CUE.finditer(answer) if m.group(1) not in (*WEEKDAYS, *_MONTHS)}
-    names |= {n for n in GIVEN_NAMES if re.search(rf"\b{n}\b", answer)}
-    out += [CheckableClaim("name", n, n) for n in sorted(names)]
-    for match in re.finditer(r"(?<![\d:])\b\d+(?:\.\d+)?\b(?![:\d])(?!\s?(?:am|pm|st|nd|rd|th)\b)", answer, re.I):
-        out.append(CheckableClaim("number", match.group(0), match.group(0)))
-    return out
-
-
 def checkable_claims(answer: str) -> list[CheckableClaim]:
     """Every checkable claim of `answer`, in order of appearance within its kind, without duplicates."""
     found: list[CheckableClaim] = []
     for clause in _CLAUSE.split(answer):
         if clause and clause.strip():
             found += _clause_claims(clause)
-    spoken = _spoken(answer)
+    spoken = spoken_claims(answer)
     counted = {str(c.count) for c in found if c.count is not None}
     found += [c for c in spoken if not (c.kind == "number" and c.subject in counted)]
     unique: dict[tuple[str, str, tuple[str, ...], str | None, int | None], CheckableClaim] = {}

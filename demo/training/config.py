@@ -52,6 +52,10 @@ class TrainConfig:
     joint_free_share: float = 0.0
     # of the joint stage's items: asked one of the grounding judge's yes/no questions instead (`verify.verify_item`)
     joint_verify_share: float = 0.0
+    # How the joint stage's answer loss averages: over every answer token of a batch (False), or over each item's
+    # tokens and then over items (True), so a one-word answer ("Yes.") weighs as much as a twenty-word description.
+    # Token-averaged, a batch's verification items were a few per cent of its loss and their decision token less.
+    loss_per_item: bool = False
     # A vision-stage shape drawn more than this many times the world's radius for its size speaks its words from
     # every cell it covers, not from its centre alone (`stage_losses.speaks_from_cover`); 0: from its centre alone.
     spread_beyond: float = 0.0

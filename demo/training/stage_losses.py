@@ -287,3 +287,18 @@ def ctc_vocabulary() -> tuple[str, ...]:
             if w not in words:
                 words.append(w)
     return (*words, *SOUNDS)
+
+
+def answer_cross_entropy(logits: Any, targets: Any, where: Any, *, per_item: bool) -> Any:
+    """Cross-entropy of answer tokens: `logits` holds one row per True of `where` (batch x positions), in the
+    order `where` selects them, and `targets` the token ids at those positions. Averaged over every token, or,
+    `per_item`, over each row's tokens and then over the rows that have any."""
+    from torch.nn.functional import cross_entropy
+
+    if not per_item:
+        return cross_entropy(logits, targets[where])
+    losses = cross_entropy(logits, targets[where], reduction="none")
+    rows = where.nonzero()[:, 0]
+    counts = where.sum(-1).clamp(min=1).to(losses.dtype)
+    per_row = losses.new_zeros(where.shape[0]).index_add(0, rows, losses) / counts
+    return per_row[where.any(-1)].mean()

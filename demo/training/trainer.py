@@ -55,7 +55,14 @@ from demo.speech import render_clip
 from demo.training.checkpoint import resume, save_checkpoint, start_from
 from demo.training.config import STAGES, TrainConfig, learning_rate
 from demo.training.curriculum import enlarged, free_layout_item, lone_shape_item, vision_scene, weighted_items
-from demo.training.stage_losses import LABELS, WordTargets, audio_stage_loss, image_stage_loss, word_logits
+from demo.training.stage_losses import (
+    LABELS,
+    WordTargets,
+    answer_cross_entropy,
+    audio_stage_loss,
+    image_stage_loss,
+    word_logits,
+)
 from demo.training.text_keep import own_answers
 from demo.training.thinker import AUDIO_PART, install_lora, load_thinker, prompt_text
 from demo.training.verify import verify_item
@@ -323,8 +330,6 @@ class Trainer:
 
     def _answer_loss(self, batch: dict[str, Any], embeds: Any, audio_lens: Any = None) -> Any:
         """Cross-entropy of the answers in `batch` (prompts embedded as `embeds`)."""
-        from torch.nn.functional import cross_entropy
-
         input_ids = batch["input_ids"]
         position_ids, _ = self.thinker.get_rope_index(
             input_ids, batch.get("image_grid_thw"), None, batch["attention_mask"], False, audio_lens
@@ -335,7 +340,8 @@ class Trainer:
         targets = batch["labels"][:, 1:]
         where = targets != -100
         # Only answer positions go through lm_head: the next token after each of them is a label.
-        return cross_entropy(self.thinker.lm_head(hidden[:, :-1][where]), targets[where])
+        logits = self.thinker.lm_head(hidden[:, :-1][where])
+        return answer_cross_entropy(logits, targets, where, per_item=self.config.loss_per_item)
 
     def train(self) -> None:
         import torch

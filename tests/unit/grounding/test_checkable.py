@@ -45,11 +45,24 @@ def test_objects_with_their_attributes_places_and_counts(answer, expected):
         ("The background is light grey.", "background", ("light", "grey")),
         ("The circles are red.", "circles", ("red",)),
         ("Its colour is purple.", "colour", ("purple",)),
+        ("The speaker's favourite colour is purple.", "speaker's favourite colour", ("purple",)),
+        ("The big square in the middle is green.", "big square", ("green",)),
+        ("The speaker's name is Alice.", "speaker's name", ("Alice",)),
     ],
 )
 def test_a_subject_and_its_adjectives(answer, subject, attributes):
     claims = [c for c in checkable_claims(answer) if c.kind == "attribute"]
     assert [(c.subject, c.attributes) for c in claims] == [(subject, attributes)]
+
+
+def test_an_attribute_claim_replaces_the_bare_subject_it_states_more_about():
+    claims = checkable_claims("The speaker's favourite colour is purple.")
+    assert [(c.kind, c.question("audio")) for c in claims] == [
+        ("attribute", "In the audio clip, is the speaker's favourite colour purple?")
+    ]
+    assert claims[0].media() == ("audio",)
+    placed = checkable_claims("The big square in the middle is green.")
+    assert [c.question("image") for c in placed] == ["In the image, is the big square in the middle green?"]
 
 
 def test_a_negated_attribute_asserts_nothing():

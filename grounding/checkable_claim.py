@@ -1,0 +1,69 @@
+"""A checkable claim: one fact an answer states that the media can confirm or deny, and the yes/no question that
+verifies it (grounding.checkable reads them from answers; grounding.judge asks the questions)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from grounding.claims import NUMBER_WORDS, article
+
+Medium = Literal["image", "audio"]
+Kind = Literal["object", "attribute", "name", "date", "time", "number"]
+
+_AUDIO_SUBJECTS = frozenset({"clip", "audio", "recording", "speaker", "speaker's", "voice", "voice's"})
+
+
+@dataclass(frozen=True)
+class CheckableClaim:
+    """One fact an answer states that the media can confirm or deny."""
+
+    kind: Kind
+    text: str  # the answer's own words for it
+    subject: str  # the head noun, or the spoken value (a name, a date)
+    attributes: tuple[str, ...] = ()
+    position: str | None = None  # a place phrase, e.g. "by the window"
+    count: int | None = None
+
+    def key(self) -> tuple[str, str, tuple[str, ...], str | None, int | None]:
+        return (self.kind, self.subject, self.attributes, self.position, self.count)
+
+    def question(self, medium: Medium) -> str:
+        """The yes/no verification question about this claim (POPE-style)."""
+        if self.kind == "object":
+            where = f" {self.position}" if self.position else ""
+            if self.count is not None and self.count != 1:
+                many = " ".join((*self.attributes, _plural(self.subject)))
+                number = NUMBER_WORDS[self.count] if self.count < len(NUMBER_WORDS) else str(self.count)
+                return f"Are there {number} {many}{where} in the {_noun(medium)}?"
+            described = " ".join((*self.attributes, self.subject))
+            return f"Is there {article(described)} {described}{where} in the {_noun(medium)}?"
+        if self.kind == "attribute":
+            verb = "are" if self.subject.endswith("s") and not self.subject.endswith("ss") else "is"
+            where = f" {self.position}" if self.position else ""
+            return f"In the {_noun(medium)}, {verb} the {self.subject}{where} {' '.join(self.attributes)}?"
+        if self.kind == "name":
+            return f"Does the speaker say the name {self.subject}?"
+        if self.kind in ("date", "time"):
+            return f"Does the speaker mention {self.subject}?"
+        return f"Does the speaker say the number {self.subject}?"
+
+    def media(self) -> tuple[Medium, ...]:
+        """The media that can speak to it: things and their looks are seen, names, dates, times and numbers heard;
+        a thing may also be heard of ("a dog barks", "the speaker mentions an apple"); an attribute of the speaker or
+        the clip ("the speaker's favourite colour is purple") is heard."""
+        if self.kind == "object":
+            return ("image", "audio")
+        if self.kind == "attribute":
+            return ("audio",) if set(self.subject.split()) & _AUDIO_SUBJECTS else ("image",)
+        return ("audio",)
+
+
+def _noun(medium: Medium) -> str:
+    return "image" if medium == "image" else "audio clip"
+
+
+def _plural(word: str) -> str:
+    if word.endswith("y") and word[-2:-1] not in ("a", "e", "o", "u"):
+        return word[:-1] + "ies"
+    return word + ("es" if word.endswith(("s", "x", "ch", "sh")) else "s")
