@@ -5,13 +5,13 @@ can check anything a model can see or hear, so its claims come from the answer's
 
 - **objects**: a noun phrase after a determiner or a count ("a giraffe", "two red circles", "the large blue
   star"), with the adjectives before its head as attributes and a place after it as its position ("by the window",
-  "on the left", "in the top right corner", "next to the square"). A phrase after a negation in its clause ("there
-  is no star") asserts nothing and is dropped.
+  "on the left", "in the top right corner", "next to the square"). A phrase after "no" or a negation in its clause
+  ("there is no star", "there isn't a star") is a claim that the thing is absent (`negated`).
 - **counts**: a number word or digits before a plural noun ("three circles"); the count rides on the object.
-- **attributes**: "the background is light grey", "the circles are red": a subject, a copula and an adjective run.
-- **spoken facts**: names (a capitalised word after "name is", "called", "named", "this is", "call", or a known
-  given name), weekdays and dates ("Thursday", "March 3", "the 5th"), times ("3 pm", "10:30", "noon"), and other
-  numbers ("42", "seven apples" is an object count instead).
+- **attributes**: "the background is light grey", "the circles are red", "the big square in the middle is green",
+  "the speaker's favourite colour is purple": a subject (a noun phrase, maybe with a place), a copula and an
+  adjective run. In quoted speech "my" is the speaker's.
+- **spoken facts** (grounding.spoken_claims): names, weekdays and dates, times, and other numbers.
 
 Why rules and not a parser: no English dependency parser with a model installs from PyPI (spaCy's models are
 published on GitHub, not PyPI; NLTK's and stanza's data download at run time), and answers to a question about
@@ -21,6 +21,7 @@ table of wordings it must read is tests/unit/grounding/test_checkable.py.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 from grounding.checkable_claim import CheckableClaim, Medium
@@ -246,6 +247,8 @@ def _is_number_like(word: str) -> bool:
     return word.isdigit() or word in _NUMBERS
 
 
+_QUOTED = re.compile(r'"[^"]*"|“[^”]*”')
+_MY = re.compile(r"\b[Mm]y\b")
 _SUBJECT_STARTS = frozenset({"the", "its", "their", "his", "her", "my", "our", "your"})
 
 
@@ -292,8 +295,15 @@ def _clause_claims(clause: str) -> list[CheckableClaim]:
             out.append(claim)
             i += 1 + len(claim.attributes)
             continue
-        if word in _DETERMINERS or (_is_number_like(word) and not _looks_like_time(lowered, i)):
+        if word in _DETERMINERS or word == "no" or (_is_number_like(word) and not _looks_like_time(lowered, i)):
             claim, after, place_end = _object_at(words, i, nested=i < place_ends)
+            if claim is not None and (negated or word == "no"):
+                # "there is no green square", "there isn't a star": the thing said to be absent
+                claim = dataclasses.replace(claim, negated=True, count=None)
+                out.append(claim)
+                place_ends = max(place_ends, place_end)
+                i = max(after, i + 1)
+                continue
             # "the speaker's favourite colour is purple", "the square in the middle is green": the noun phrase is
             # the subject of an attribute claim, which says more than the object alone
             copula = next((c for c in (after, place_end) if c < len(words) and lowered[c] in _COPULAS), None)
@@ -303,7 +313,7 @@ def _clause_claims(clause: str) -> list[CheckableClaim]:
                     out.append(attribute)
                     i = copula + 1 + len(attribute.attributes)
                     continue
-            if claim is not None and not negated:
+            if claim is not None:
                 out.append(claim)
             place_ends = max(place_ends, place_end)
             i = max(after, i + 1)
@@ -319,13 +329,16 @@ def _looks_like_time(lowered: list[str], i: int) -> bool:
 def checkable_claims(answer: str) -> list[CheckableClaim]:
     """Every checkable claim of `answer`, in order of appearance within its kind, without duplicates."""
     found: list[CheckableClaim] = []
+    # In quoted speech, "my" is the speaker's: 'The speaker says: "My favourite colour is black."' is a claim about
+    # the speaker's favourite colour, heard in the clip.
+    answer = _QUOTED.sub(lambda m: _MY.sub("the speaker's", m.group(0)), answer)
     for clause in _CLAUSE.split(answer):
         if clause and clause.strip():
             found += _clause_claims(clause)
     spoken = spoken_claims(answer)
     counted = {str(c.count) for c in found if c.count is not None}
     found += [c for c in spoken if not (c.kind == "number" and c.subject in counted)]
-    unique: dict[tuple[str, str, tuple[str, ...], str | None, int | None], CheckableClaim] = {}
+    unique: dict[tuple[str, str, tuple[str, ...], str | None, int | None, bool], CheckableClaim] = {}
     for claim in found:
         unique.setdefault(claim.key(), claim)
     return list(unique.values())

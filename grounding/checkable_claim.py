@@ -24,9 +24,11 @@ class CheckableClaim:
     attributes: tuple[str, ...] = ()
     position: str | None = None  # a place phrase, e.g. "by the window"
     count: int | None = None
+    # "there is no green square": the answer says the thing is absent, so its question's right answer is no
+    negated: bool = False
 
-    def key(self) -> tuple[str, str, tuple[str, ...], str | None, int | None]:
-        return (self.kind, self.subject, self.attributes, self.position, self.count)
+    def key(self) -> tuple[str, str, tuple[str, ...], str | None, int | None, bool]:
+        return (self.kind, self.subject, self.attributes, self.position, self.count, self.negated)
 
     def question(self, medium: Medium) -> str:
         """The yes/no verification question about this claim (POPE-style)."""

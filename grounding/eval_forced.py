@@ -89,8 +89,13 @@ def forced_figures(results: Sequence[ItemResult]) -> dict[str, Any]:
 
 
 def _judge_score(result: ItemResult, threshold: float) -> float | None:
-    """The answer's judge-only score had the judge held claims supported at P(yes) >= `threshold`."""
-    p = [c["p_yes"] for c in result.checked or () if c.get("evidence") == "judge" and c.get("p_yes") is not None]
+    """The answer's judge-only score had the judge held claims supported at P(yes) >= `threshold` (P(no), for a
+    claim that a thing is absent)."""
+    p = [
+        c.get("support", c["p_yes"])
+        for c in result.checked or ()
+        if c.get("evidence") == "judge" and c.get("p_yes") is not None
+    ]
     return None if not p else sum(v >= threshold for v in p) / len(p)
 
 

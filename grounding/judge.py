@@ -23,6 +23,7 @@ made-up score.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import logging
 import math
@@ -57,13 +58,22 @@ class JudgedClaim:
     questions: tuple[str, ...]
     p_yes: float | None  # None: the judge answered neither yes nor no
     supported: bool | None  # None: no judgement
+    negated: bool = False  # the claim says the thing is absent: it is supported by a no
+
+    @property
+    def support(self) -> float | None:
+        """The probability that the media bear the claim out: P(yes), or P(no) for a claim of absence."""
+        return None if self.p_yes is None else (1.0 - self.p_yes if self.negated else self.p_yes)
 
     def wire(self) -> dict[str, Any]:
+        support = self.support
         return {
             "claim": self.claim,
             "evidence": "judge",
             "supported": self.supported,
             "p_yes": None if self.p_yes is None else round(self.p_yes, 4),
+            "expected": "no" if self.negated else "yes",
+            "support": None if support is None else round(support, 4),
         }
 
 
@@ -179,9 +189,12 @@ class Judge:
             if not mine:
                 continue  # no medium of this request can speak to it
             known = [p for _, p in mine if p is not None]
+            # a thing is there if any medium shows it: the highest P(yes) speaks for a claim and against its absence
             best = max(known) if known else None
-            supported = None if best is None else best >= self.threshold
-            judged.append(JudgedClaim(claim.text, tuple(q for q, _ in mine), best, supported))
+            verdict = JudgedClaim(claim.text, tuple(q for q, _ in mine), best, None, claim.negated)
+            support = verdict.support
+            supported = None if support is None else support >= self.threshold
+            judged.append(dataclasses.replace(verdict, supported=supported))
         return judged
 
     async def _ask(

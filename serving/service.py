@@ -111,10 +111,11 @@ class InferenceService:
         return stream_verdict(self.gate, caller, completion)
 
     async def batch_room(self, model: str) -> None:
-        """Waits until batch work may start on the pool `model` names (every pool, for `auto` or a name no pool
-        has): its interactive queue is empty and the batch share of its KV budget has room."""
-        named = self.pipeline.pools.get(model)
-        for pool in [named] if named is not None else self.pipeline.pools.pools:
+        """Waits until batch work may start on the pool `model` names, a chat or a task pool (every chat pool, for
+        `auto` or a name no pool has): its interactive queue is empty and the batch share of its budget has room."""
+        registry = self.pipeline.pools
+        named = registry.get(model) or registry.task(model)
+        for pool in [named] if named is not None else registry.pools:
             await pool.admission.wait_batch_room()
 
     async def start(self, request: GenerationRequest, caller: CallerPolicy) -> Completion:

@@ -229,6 +229,7 @@ async def build_state(settings: Settings, checkpoints: CheckpointResolver | None
             default_max_tokens=settings.default_max_tokens,
         )
         batches = BatchStore(db)
+        task_service = TaskService(pools, bus, tasks, metrics)
         batch = BatchRunner(
             directory=directory,
             quotas=quotas,
@@ -239,11 +240,12 @@ async def build_state(settings: Settings, checkpoints: CheckpointResolver | None
             journal=journal,
             default_max_tokens=settings.default_max_tokens,
             file_expiry_days=settings.file_expiry_days,
+            tasks=task_service,
+            max_embedding_inputs=settings.max_embedding_inputs,
             concurrency=settings.batch_concurrency,
             turn_s=settings.batch_turn_s,
         )
         transcripts = TranscriptStore(db, settings.transcription_cache_days)
-        task_service = TaskService(pools, bus, tasks, metrics)
         transcriber = Transcriber(
             task_service,
             quotas,

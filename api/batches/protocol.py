@@ -6,14 +6,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-ENDPOINTS = ("/v1/chat/completions", "/v1/responses")
+ENDPOINTS = ("/v1/chat/completions", "/v1/responses", "/v1/embeddings")
 
 
 class BatchCreate(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     input_file_id: str = Field(min_length=1, max_length=64)
-    endpoint: Literal["/v1/chat/completions", "/v1/responses"]
+    endpoint: Literal["/v1/chat/completions", "/v1/responses", "/v1/embeddings"]
     completion_window: Literal["24h"] = "24h"
     metadata: dict[str, str] | None = Field(default=None, max_length=16)
 

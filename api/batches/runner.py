@@ -1,7 +1,7 @@
 """Running a batch, as a job of the job runner (jobs.runner): read and check its input file, then each line through
-the endpoint's own path (`answer_chat`, `create_response`) at `priority: batch`, under the policy of the key that
-created the batch: admitted, encoded, cached, metered and grounded as an interactive request is, billed at the
-model's batch price, counted in the tenant's monthly budgets but not in its rate limits.
+the endpoint's own path (`answer_chat`, `create_response`, `create_embeddings`) at `priority: batch`, under the
+policy of the key that created the batch: admitted, encoded, cached, metered and grounded as an interactive request
+is, billed at the model's batch price, counted in the tenant's monthly budgets but not in its rate limits.
 
 Lines run in the engines' idle time: a line starts only while its pool has no interactive request waiting and the
 batch share of its KV budget has room, and a gateway runs at most `concurrency` lines at once across its batches.
@@ -30,12 +30,14 @@ from typing import Any
 from api.batches.reading import read_lines
 from api.chat.parsing import parse_chat_request
 from api.chat.service import answer_chat
+from api.embeddings.service import create_embeddings, parse_embedding_request
 from api.errors import to_api_error
 from api.responses.parsing import parse_responses_request
 from api.responses.service import create_response
 from jobs.runner import Claimed
 from serving.errors import NotFound, QuotaExceeded, RateLimited, TesseraError, Unavailable
 from serving.service import InferenceService
+from serving.task_lease import REQUEST_PREFIX, TaskService
 from storage.batches import BatchLine, BatchStore
 from storage.files import FileStore
 from storage.responses import ResponseStore
@@ -61,9 +63,10 @@ UNRUN = {
 }
 
 
-def line_request_id(batch_id: str, line: int) -> str:
+def line_request_id(batch_id: str, line: int, endpoint: str = "/v1/chat/completions") -> str:
     """The request id of a batch line: the same each time the line runs, so its usage row is one row."""
-    return "chatcmpl-" + hashlib.sha256(f"{batch_id}:{line}".encode()).hexdigest()[:32]
+    prefix = REQUEST_PREFIX["embeddings"] if endpoint == "/v1/embeddings" else "chatcmpl"
+    return f"{prefix}-" + hashlib.sha256(f"{batch_id}:{line}".encode()).hexdigest()[:32]
 
 
 @dataclass
@@ -79,6 +82,8 @@ class BatchRunner:
     journal: UsageJournal | None
     default_max_tokens: int
     file_expiry_days: int
+    tasks: TaskService | None = None  # the embedding pools' service, for `/v1/embeddings` batches
+    max_embedding_inputs: int = 2048
     concurrency: int = 8
     turn_s: float = 30.0
     _slots: asyncio.Semaphore = field(init=False)
@@ -155,7 +160,7 @@ class BatchRunner:
             stop = await self._stop_reason(batch_id)  # cancelled meanwhile: it ends cancelled, even with no line left
             if left and stop is None:
                 return 0.0  # the turn is over: the batch goes back to the queue
-        await self._finish(batch_id, batch.tenant_id, stop or "completed")
+        await self._finish(batch_id, batch.tenant_id, batch.endpoint, stop or "completed")
         self._counted.pop(batch_id, None)
         return None
 
@@ -194,12 +199,12 @@ class BatchRunner:
     async def _line(self, endpoint: str, principal: Principal, line: BatchLine, refused: asyncio.Event) -> None:
         """Runs one line and commits its result with its usage; sets `refused` when the tenant's budget refused
         it."""
-        request_id = line_request_id(line.batch_id, line.line)
+        request_id = line_request_id(line.batch_id, line.line, endpoint)
         try:
             status, body = await self._answer(endpoint, line.body, principal, request_id)
         finally:
             self._slots.release()
-        result = _result(line.custom_id, status, body)
+        result = _result(line.custom_id, status, body, request_id)
 
         def write(s: Any) -> bool:
             return self.batches.record_line(s, line.batch_id, line.line, ok=status == 200, result=result)
@@ -239,6 +244,17 @@ class BatchRunner:
         quotas = self.quotas.for_batch_line(request_id)
 
         async def attempt() -> Any:
+            if endpoint == "/v1/embeddings":
+                if self.tasks is None:
+                    raise NotFound("this server has no embedding pools", code="model_not_found", param="model")
+                embedded, _ = await create_embeddings(
+                    parse_embedding_request(json.dumps(body).encode()),
+                    principal,
+                    self.tasks,
+                    quotas,
+                    max_inputs=self.max_embedding_inputs,
+                )
+                return _Answered(embedded)
             if endpoint == "/v1/responses":
                 req = parse_responses_request(raw)
                 return await create_response(
@@ -257,7 +273,7 @@ class BatchRunner:
             return err.status_code, err.body()
         return int(answered.status_code or 200), dict(answered.content)
 
-    async def _finish(self, batch_id: str, tenant_id: str, stop: str) -> None:
+    async def _finish(self, batch_id: str, tenant_id: str, endpoint: str, stop: str) -> None:
         """Writes the output and error files, settles what crashed runs of its lines left open, ends the batch."""
         await asyncio.to_thread(self.batches.move, batch_id, "finalizing")
         output: list[dict[str, Any]] = []
@@ -269,7 +285,7 @@ class BatchRunner:
             else:
                 (output if line.ok else failed).append(line.result or {})
         if self.journal is not None:
-            ids = [line_request_id(batch_id, line.line) for line in lines]
+            ids = [line_request_id(batch_id, line.line, endpoint) for line in lines]
             await asyncio.to_thread(self.journal.settle_abandoned, ids)
 
         def write(rows: list[dict[str, Any]], name: str) -> str | None:
@@ -288,6 +304,14 @@ class BatchRunner:
         await asyncio.to_thread(
             self.batches.move, batch_id, status, output_file_id=output_id, error_file_id=error_id, request_counts=counts
         )
+
+
+@dataclass(frozen=True)
+class _Answered:
+    """An endpoint's answer in the shape the chat paths return theirs (a status code and a body)."""
+
+    content: dict[str, Any]
+    status_code: int = 200
 
 
 async def _patiently(attempt: Any, request_id: str) -> Any:
@@ -320,9 +344,10 @@ def _errors(data: list[dict[str, Any]]) -> dict[str, Any]:
     return {"object": "list", "data": data}
 
 
-def _result(custom_id: str, status: int, body: dict[str, Any]) -> dict[str, Any]:
-    """The line as the output or error file holds it (OpenAI's format)."""
-    request_id = body.get("id") if status == 200 else None
+def _result(custom_id: str, status: int, body: dict[str, Any], line_id: str) -> dict[str, Any]:
+    """The line as the output or error file holds it (OpenAI's format); an answer without an id of its own (an
+    embeddings list) carries the line's request id, which its receipt is filed under."""
+    request_id = body.get("id", line_id) if status == 200 else None
     response = {"status_code": status, "request_id": request_id, "body": body}
     return {"id": f"batch_req_{uuid.uuid4().hex}", "custom_id": custom_id, "response": response, "error": None}
 

@@ -14,7 +14,7 @@ from tenancy.directory import Principal
 
 ENDPOINTS = {
     "chat": ["/v1/chat/completions", "/v1/responses", "/v1/batches"],
-    "embedding": ["/v1/embeddings"],
+    "embedding": ["/v1/embeddings", "/v1/batches"],
     "transcription": ["/v1/audio/transcriptions", "/v1/audio/translations"],
 }
 

@@ -67,7 +67,8 @@ def _claim_question(item: GoldenItem, rng: np.random.Generator) -> tuple[str, st
         # a changed fact the extractor reads as more than one claim (or none): ask about the whole answer
         return question_for(CheckableClaim("object", answer, answer), medium, whole=True), NO if wrong else YES
     claim = claims[int(rng.integers(len(claims)))]
-    return question_for(claim, medium, whole=False), NO if wrong else YES
+    # a claim that a thing is absent ("there is no green square") is asked as whether the thing is there
+    return question_for(claim, medium, whole=False), YES if wrong == claim.negated else NO
 
 
 def _whole_question(item: GoldenItem, rng: np.random.Generator) -> tuple[str, str]:

@@ -10,6 +10,7 @@ import json
 import time
 
 import httpx
+import numpy as np
 import openai
 import pytest
 
@@ -131,3 +132,45 @@ def test_another_tenants_batch_and_a_missing_file(server, client):
         other.batches.create(input_file_id=batch.input_file_id, endpoint=CHAT, completion_window="24h")
     assert exc.value.body["param"] == "input_file_id"
     _until_ended(client, batch.id)
+
+
+def test_an_embeddings_batch_matches_the_live_endpoint_and_bills_at_the_batch_price(server, client):
+    texts = ["A red circle on the left.", "The meeting is on Thursday."]
+    lines = [
+        {"custom_id": f"e{i}", "method": "POST", "url": "/v1/embeddings", "body": {"model": "minilm", "input": t}}
+        for i, t in enumerate(texts)
+    ]
+    lines.append(
+        {
+            "custom_id": "dims",
+            "method": "POST",
+            "url": "/v1/embeddings",
+            "body": {"model": "minilm", "input": "x", "dimensions": 7},
+        }
+    )
+    lines.append(
+        {"custom_id": "kind", "method": "POST", "url": "/v1/embeddings", "body": {"model": "large", "input": "x"}}
+    )
+    batch = client.batches.create(
+        input_file_id=_upload(client, lines), endpoint="/v1/embeddings", completion_window="24h"
+    )
+    done = _until_ended(client, batch.id)
+    assert (done.status, done.request_counts.completed, done.request_counts.failed) == ("completed", 2, 2)
+    output = {o["custom_id"]: o["response"] for o in _jsonl(client, done.output_file_id)}
+    live = client.embeddings.create(model="minilm", input=texts, encoding_format="float")
+    for i, row in enumerate(live.data):
+        body = output[f"e{i}"]["body"]
+        assert body["object"] == "list"
+        assert body["usage"]["prompt_tokens"] > 0
+        got = np.array(body["data"][0]["embedding"])
+        assert float(got @ np.array(row.embedding)) > 0.9999  # unit vectors: the same embedding
+        receipt = httpx.get(
+            f"{server.v1}/usage/{output[f'e{i}']['request_id']}", headers={"authorization": f"Bearer {API_KEY}"}
+        )
+        assert receipt.status_code == 200, receipt.text
+        assert receipt.json()["endpoint"] == "embeddings"
+        assert receipt.json()["priority"] == "batch", receipt.json()
+    errors = {e["custom_id"]: e["response"] for e in _jsonl(client, done.error_file_id)}
+    assert errors["dims"]["status_code"] == 400
+    assert errors["dims"]["body"]["error"]["param"] == "dimensions"
+    assert errors["kind"]["body"]["error"]["code"] == "wrong_model_kind"

@@ -3,10 +3,15 @@
 import pytest
 
 from grounding.checkable import CheckableClaim, checkable_claims
+from grounding.claims import article
 
 
 def _objects(answer: str) -> list[tuple[str, tuple[str, ...], str | None, int | None]]:
-    return [(c.subject, c.attributes, c.position, c.count) for c in checkable_claims(answer) if c.kind == "object"]
+    return [
+        (c.subject, c.attributes, c.position, c.count)
+        for c in checkable_claims(answer)
+        if c.kind == "object" and not c.negated
+    ]
 
 
 @pytest.mark.parametrize(
@@ -61,6 +66,8 @@ def test_an_attribute_claim_replaces_the_bare_subject_it_states_more_about():
         ("attribute", "In the audio clip, is the speaker's favourite colour purple?")
     ]
     assert claims[0].media() == ("audio",)
+    quoted = checkable_claims('The speaker says: "My favourite colour is black."')
+    assert [c.question("audio") for c in quoted] == ["In the audio clip, is the speaker's favourite colour black?"]
     placed = checkable_claims("The big square in the middle is green.")
     assert [c.question("image") for c in placed] == ["In the image, is the big square in the middle green?"]
 
@@ -118,3 +125,20 @@ def test_which_media_speak_to_a_claim():
     assert CheckableClaim("object", "", "dog").media() == ("image", "audio")
     assert CheckableClaim("attribute", "", "background", ("light",)).media() == ("image",)
     assert CheckableClaim("time", "", "3 pm").media() == ("audio",)
+
+
+@pytest.mark.parametrize(
+    ("answer", "absent"),
+    [
+        ("No, there is no green square.", ("square", ("green",))),
+        ("There isn't a red star in the image.", ("star", ("red",))),
+        ("There is a circle but no blue triangle.", ("triangle", ("blue",))),
+    ],
+)
+def test_a_thing_said_to_be_absent_is_a_negated_claim_asked_as_whether_it_is_there(answer, absent):
+    negated = [c for c in checkable_claims(answer) if c.negated]
+    assert [(c.subject, c.attributes) for c in negated] == [absent]
+    subject, attributes = absent
+    assert negated[0].question("image") == f"Is there {article(' '.join((*attributes, subject)))} " + (
+        f"{' '.join((*attributes, subject))} in the image?"
+    )

@@ -96,3 +96,15 @@ def test_each_evidence_that_spoke_scores_on_its_own():
     verdict = Verdict(0.6, 0.5, 5, (), by_evidence=each_evidence(label, judged))
     assert verdict.wire()["evidence_scores"] == {"label_head": 0.5, "judge": 0.6667}
     assert "evidence_scores" not in Verdict(0.6, 0.5, 5, ()).wire()
+
+
+def test_a_claim_of_absence_is_supported_by_a_no():
+    absent = JudgedClaim(
+        "no green square", ("Is there a green square in the image? Answer yes or no.",), 0.2, True, True
+    )
+    assert absent.support == pytest.approx(0.8)
+    wire = absent.wire()
+    assert (wire["expected"], wire["support"], wire["p_yes"]) == ("no", 0.8, 0.2)
+    present = JudgedClaim("a green square", (), 0.2, False)
+    assert present.support == pytest.approx(0.2)
+    assert present.wire()["expected"] == "yes"
