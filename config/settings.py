@@ -260,12 +260,13 @@ class Settings(BaseSettings):
         description="The pool a tenant's `judge` grounding evidence asks its yes/no questions (grounding.judge). "
         "Unset: the strongest pool that takes every medium of the request.",
     )
-    grounding_judge_threshold: float = Field(
-        default=0.5,
+    grounding_judge_threshold: float | None = Field(
+        default=None,
         gt=0.0,
         lt=1.0,
         description="The judge's P(yes) at or above which a claim is supported; choose it on a calibration split "
-        "(`tessera eval grounding --set demo/golden/calibration.jsonl --calibrate-judge`).",
+        "(`tessera eval grounding --set demo/golden/calibration.jsonl --calibrate-judge`). Unset: the threshold "
+        "calibrated for the judge pool's checkpoint (grounding/judge.json beside it), else 0.5.",
     )
     default_max_tokens: int = Field(default=256, description="Completion length when the client sets none.")
     log_level: str = Field(default="INFO", description="Log level of the server.")

@@ -13,20 +13,20 @@ from pathlib import Path
 from typing import Any
 
 from config.settings import Settings
-from demo.grounded_weights import apply_grounding
+from demo.grounded_weights import apply_grounding, write_judge_calibration
 from demo.sources import SmolLM2Source, transplant_text, transplant_whisper
 from demo.speech import transcript_hint
 from demo.task_checkpoints import DEMO_TASK_CHECKPOINTS, build_task_checkpoint
 from demo.whisper_tower import WHISPER_TINY, WHISPER_TINY_LAYERS
 from demo.world import WORLD_SHAPE_CELLS
 from grounding.hearing import AUDIO_WORDS_FILE
-from grounding.models import TRANSCRIPT_HINT_FILE
+from grounding.models import JUDGE_FILE, TRANSCRIPT_HINT_FILE
 from serving.encoders.detection import BIG_SHAPE_CELLS_KEY, LABEL_HEAD_FILE
 
 logger = logging.getLogger(__name__)
 
 # Bumping this rebuilds every demo checkpoint on the next start.
-BUILDER_VERSION = 11
+BUILDER_VERSION = 12  # 12: grounding/judge.json, the judge threshold calibrated for the committed weights
 MANIFEST_NAME = "tessera-demo.json"
 # Trained grounding weights (`tessera models train-demo`), committed: `<pool>-grounding.safetensors` holds the vision
 # tower (`thinker.visual.*`), the trained part of the audio tower (`thinker.audio_tower.*`), LoRA updates for the text
@@ -352,6 +352,8 @@ def _build_one(spec: DemoSpec, path: Path, source: SmolLM2Source, progress: Prog
     if "audio_words" in head_metadata:
         (staging / AUDIO_WORDS_FILE).parent.mkdir(exist_ok=True)
         (staging / AUDIO_WORDS_FILE).write_text(json.dumps({"words": json.loads(head_metadata["audio_words"])}) + "\n")
+    if trained is not None:
+        write_judge_calibration(trained.with_suffix(".json"), staging / JUDGE_FILE)
     # The names and weekdays the world's clips say, which the grounding transcriber then spells as written.
     (staging / TRANSCRIPT_HINT_FILE).parent.mkdir(exist_ok=True)
     (staging / TRANSCRIPT_HINT_FILE).write_text(transcript_hint() + "\n")

@@ -4,6 +4,7 @@ text model, and the tower's label head handed back to be written beside the chec
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -46,3 +47,15 @@ def apply_grounding(state: dict[str, Any], path: Path) -> tuple[dict[str, Any], 
     head = {k.removeprefix("label_head."): v for k, v in tensors.items() if k.startswith("label_head.")}
     words = {"audio_words": metadata["audio_words"]} if "audio_words" in metadata else {}
     return head, {"labels": metadata.get("labels", "[]"), **words}
+
+
+def write_judge_calibration(manifest: Path, target: Path) -> None:
+    """The judge threshold the weights' manifest records (`judge_calibration`, chosen by `tessera eval grounding
+    --calibrate-judge` on the calibration split) as the checkpoint's grounding/judge.json, which the server reads."""
+    if not manifest.is_file():
+        return
+    calibration = json.loads(manifest.read_text()).get("judge_calibration")
+    if not calibration:
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(calibration, indent=2) + "\n")

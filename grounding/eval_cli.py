@@ -76,14 +76,14 @@ def add_eval_parser(subparsers: Any) -> Any:
     g.add_argument(
         "--judge-threshold",
         type=float,
-        help="The embedded server's TESSERA_GROUNDING_JUDGE_THRESHOLD (default: the server's, 0.5); take it from a "
-        "--calibrate-judge run.",
+        help="The embedded server's TESSERA_GROUNDING_JUDGE_THRESHOLD (default: the server's: the judge checkpoint's "
+        "calibrated threshold, else 0.5); take it from a --calibrate-judge run.",
     )
     g.add_argument(
         "--calibrate-judge",
         action="store_true",
         help="Choose the judge's P(yes) threshold on this set (a calibration split, never a held-out set) and "
-        "print it as TESSERA_GROUNDING_JUDGE_THRESHOLD.",
+        "print it as TESSERA_GROUNDING_JUDGE_THRESHOLD and as the checkpoint's grounding/judge.json.",
     )
     g.add_argument(
         "--max-tokens", type=int, help=f"Answer length (default {DEFAULT_MAX_TOKENS}; smoke {SMOKE_MAX_TOKENS})."
@@ -178,7 +178,8 @@ def run_eval(args: argparse.Namespace, launch: Launcher, suite: EvalSuite[Any], 
                     raise EvalFailure("no verdict carried the judge's P(yes): run with --evidence judge or both")
                 progress(
                     f"{model}: judge threshold {chosen['threshold']} (recall {cell(chosen, 'recall')}, false flags "
-                    f"{cell(chosen, 'false_flag_rate')}): TESSERA_GROUNDING_JUDGE_THRESHOLD={chosen['threshold']}"
+                    f"{cell(chosen, 'false_flag_rate')}): TESSERA_GROUNDING_JUDGE_THRESHOLD={chosen['threshold']}, "
+                    f'or {{"threshold": {chosen["threshold"]}}} in grounding/judge.json beside the checkpoint'
                 )
     except EvalFailure as exc:
         raise SystemExit(f"eval grounding failed: {exc}") from exc

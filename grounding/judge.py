@@ -143,14 +143,21 @@ class Judge:
         callers: CallerFactory,
         *,
         model: str | None = None,
-        threshold: float = THRESHOLD,
+        threshold: float | None = None,
         max_questions: int = MAX_QUESTIONS,
     ) -> None:
         self._service = service
         self._callers = callers
         self._model = model
-        self.threshold = threshold
+        self._threshold = threshold  # None: the judge pool's calibrated threshold, else THRESHOLD
         self._max_questions = max_questions
+
+    def threshold_for(self, pool: Any) -> float:
+        """The P(yes) at which `pool`'s judgements hold: the setting, else the pool checkpoint's calibrated one."""
+        if self._threshold is not None:
+            return self._threshold
+        calibrated = getattr(pool, "judge_threshold", None)
+        return THRESHOLD if calibrated is None else float(calibrated)
 
     def pool_for(self, media: frozenset[str]) -> str | None:
         """The judge pool for a request with `media`: the setting, else the strongest pool that takes them all."""
@@ -167,7 +174,8 @@ class Judge:
         model = self.pool_for(media)
         if not media or model is None or not record.messages:
             return None
-        taken = set(next(p for p in self._service.pipeline.pools.pools if p.name == model).modalities)
+        judge_pool = next(p for p in self._service.pipeline.pools.pools if p.name == model)
+        taken, threshold = set(judge_pool.modalities), self.threshold_for(judge_pool)
         claims = checkable_claims(record.answer)
         whole = not claims
         claims = (claims or [whole_answer(record.answer)])[: self._max_questions]
@@ -193,7 +201,7 @@ class Judge:
             best = max(known) if known else None
             verdict = JudgedClaim(claim.text, tuple(q for q, _ in mine), best, None, claim.negated)
             support = verdict.support
-            supported = None if support is None else support >= self.threshold
+            supported = None if support is None else support >= threshold
             judged.append(dataclasses.replace(verdict, supported=supported))
         return judged
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -63,6 +64,7 @@ def _token_id(tokenizer: Any, token: str) -> int:
 
 # Beside a checkpoint: one line of names and terms its audio is likely to hold, for the transcriber's `hint`.
 TRANSCRIPT_HINT_FILE = "grounding/transcript_hint.txt"
+JUDGE_FILE = "grounding/judge.json"  # {"threshold": P(yes) at which the checkpoint's yes/no judgements hold, ...}
 
 
 def checkpoint_hint(checkpoints: Sequence[Path]) -> str:
@@ -72,6 +74,22 @@ def checkpoint_hint(checkpoints: Sequence[Path]) -> str:
         if path.is_file():
             return " ".join(path.read_text().split())
     return ""
+
+
+def checkpoint_judge_threshold(checkpoint: Path) -> float | None:
+    """The judge threshold calibrated for `checkpoint` (its `grounding/judge.json`), or None without one. A file
+    that does not hold a threshold strictly between 0 and 1 is refused: a judge that holds every claim, or none,
+    is a mistake to catch at start-up."""
+    path = checkpoint / JUDGE_FILE
+    if not path.is_file():
+        return None
+    try:
+        threshold = json.loads(path.read_text())["threshold"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path}: expected a JSON object with a numeric 'threshold': {exc}") from None
+    if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 0.0 < threshold < 1.0:
+        raise ValueError(f"{path}: 'threshold' must lie strictly between 0 and 1, got {threshold!r}")
+    return float(threshold)
 
 
 class WhisperTranscriber:

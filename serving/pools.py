@@ -63,6 +63,9 @@ class ModelPool:
 
     geometry: VisionGeometry | None = None
     tool_parser: str | None = None  # vLLM's tool-call parser for `tool_choice: auto`
+    # P(yes) at which this pool's yes/no judgements hold, calibrated for its checkpoint (grounding/judge.json beside
+    # it, written by `tessera eval grounding --calibrate-judge`'s operator or by build-demo); None: the setting's
+    judge_threshold: float | None = None
     # Prompts are tokenized on worker threads; a fast tokenizer must not be entered by two at once.
     tokenizer_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 

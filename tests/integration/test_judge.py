@@ -38,7 +38,10 @@ def test_judge_only_evidence_scores_an_image_answer_and_bills_its_questions(serv
     checked = verdict["checked_claims"]
     assert checked, verdict
     assert {c["evidence"] for c in checked} == {"judge"}
-    assert all(0.0 <= c["p_yes"] <= 1.0 and c["supported"] is (c["p_yes"] >= 0.5) for c in checked), checked
+    for c in checked:  # a claim of absence holds on a no
+        assert 0.0 <= c["p_yes"] <= 1.0, c
+        assert c["support"] == pytest.approx(c["p_yes"] if c["expected"] == "yes" else 1 - c["p_yes"], abs=2e-4), c
+        assert c["supported"] is (c["support"] >= 0.5), c
     supported = sum(c["supported"] for c in checked)
     assert verdict["claims"] == len(checked)
     assert verdict["score"] == round(supported / len(checked), 4)

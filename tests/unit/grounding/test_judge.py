@@ -1,14 +1,17 @@
 """The judge's pieces that need no engine: P(yes) from logprobs, its prompt, its questions and the combined score."""
 
+import json
 import math
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
+from demo.grounded_weights import write_judge_calibration
 from grounding.checkable import CheckableClaim
 from grounding.guardrail import Verdict
-from grounding.judge import JudgedClaim, judge_messages, judge_request_id, question_for, yes_probability
+from grounding.judge import Judge, JudgedClaim, judge_messages, judge_request_id, question_for, yes_probability
+from grounding.models import JUDGE_FILE, checkpoint_judge_threshold
 from grounding.scorer import GroundingResult, combine, each_evidence
 from serving.engines.base import TokenLogprob
 
@@ -108,3 +111,36 @@ def test_a_claim_of_absence_is_supported_by_a_no():
     present = JudgedClaim("a green square", (), 0.2, False)
     assert present.support == pytest.approx(0.2)
     assert present.wire()["expected"] == "yes"
+
+
+@dataclass
+class _Pool:
+    judge_threshold: float | None = None
+
+
+def test_the_threshold_is_the_setting_else_the_checkpoints_calibrated_one_else_a_half():
+    assert Judge(None, None, threshold=0.3).threshold_for(_Pool(0.2)) == 0.3
+    assert Judge(None, None).threshold_for(_Pool(0.2)) == 0.2
+    assert Judge(None, None).threshold_for(_Pool()) == 0.5
+
+
+def test_a_checkpoint_carries_its_calibrated_threshold_and_a_bad_file_is_refused(tmp_path):
+    assert checkpoint_judge_threshold(tmp_path) is None
+    (tmp_path / "grounding").mkdir()
+    path = tmp_path / JUDGE_FILE
+    path.write_text(json.dumps({"threshold": 0.25, "recall": 0.5}))
+    assert checkpoint_judge_threshold(tmp_path) == 0.25
+    for bad in ('{"threshold": 1.0}', '{"threshold": true}', '{"margin": 0.2}', "not json"):
+        path.write_text(bad)
+        with pytest.raises(ValueError, match=r"judge\.json"):
+            checkpoint_judge_threshold(tmp_path)
+
+
+def test_build_writes_the_manifests_judge_calibration_beside_the_checkpoint(tmp_path):
+    manifest = tmp_path / "large-grounding.json"
+    manifest.write_text(json.dumps({"config": {}, "judge_calibration": {"threshold": 0.2, "set": "calibration"}}))
+    write_judge_calibration(manifest, tmp_path / "ckpt" / JUDGE_FILE)
+    assert checkpoint_judge_threshold(tmp_path / "ckpt") == 0.2
+    manifest.write_text(json.dumps({"config": {}}))
+    write_judge_calibration(manifest, tmp_path / "other" / JUDGE_FILE)
+    assert checkpoint_judge_threshold(tmp_path / "other") is None
