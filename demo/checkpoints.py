@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from config.settings import Settings
-from demo.grounded_weights import apply_grounding, write_judge_calibration
+from demo.grounded_weights import apply_grounding, judge_calibration, write_judge_calibration
 from demo.sources import SmolLM2Source, transplant_text, transplant_whisper
 from demo.speech import transcript_hint
 from demo.task_checkpoints import DEMO_TASK_CHECKPOINTS, build_task_checkpoint
@@ -189,8 +189,12 @@ def demo_checkpoint_ready(path: Path, *, grounded: bool = True) -> bool:
         data = json.loads(manifest.read_text())
     except (OSError, ValueError):
         return False
-    expected = _sha256(grounding_weights(path.name)) if grounded else None
-    return data.get("builder_version") == BUILDER_VERSION and data.get("grounding_sha256") == expected
+    weights = grounding_weights(path.name) if grounded else None
+    return (
+        data.get("builder_version") == BUILDER_VERSION
+        and data.get("grounding_sha256") == _sha256(weights)
+        and data.get("judge_calibration") == judge_calibration(weights)
+    )
 
 
 def build_demo_checkpoints(
@@ -353,7 +357,7 @@ def _build_one(spec: DemoSpec, path: Path, source: SmolLM2Source, progress: Prog
         (staging / AUDIO_WORDS_FILE).parent.mkdir(exist_ok=True)
         (staging / AUDIO_WORDS_FILE).write_text(json.dumps({"words": json.loads(head_metadata["audio_words"])}) + "\n")
     if trained is not None:
-        write_judge_calibration(trained.with_suffix(".json"), staging / JUDGE_FILE)
+        write_judge_calibration(trained, staging / JUDGE_FILE)
     # The names and weekdays the world's clips say, which the grounding transcriber then spells as written.
     (staging / TRANSCRIPT_HINT_FILE).parent.mkdir(exist_ok=True)
     (staging / TRANSCRIPT_HINT_FILE).write_text(transcript_hint() + "\n")
@@ -369,6 +373,7 @@ def _build_one(spec: DemoSpec, path: Path, source: SmolLM2Source, progress: Prog
         "parameters": params,
         "weights_sha256": digest,
         "grounding_sha256": _sha256(trained),
+        "judge_calibration": judge_calibration(trained),
         "media_tokens": MEDIA_TOKENS,
     }
     (staging / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2))

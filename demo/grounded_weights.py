@@ -49,13 +49,20 @@ def apply_grounding(state: dict[str, Any], path: Path) -> tuple[dict[str, Any], 
     return head, {"labels": metadata.get("labels", "[]"), **words}
 
 
-def write_judge_calibration(manifest: Path, target: Path) -> None:
+def judge_calibration(weights: Path | None) -> dict[str, Any] | None:
     """The judge threshold the weights' manifest records (`judge_calibration`, chosen by `tessera eval grounding
-    --calibrate-judge` on the calibration split) as the checkpoint's grounding/judge.json, which the server reads."""
-    if not manifest.is_file():
-        return
-    calibration = json.loads(manifest.read_text()).get("judge_calibration")
-    if not calibration:
+    --calibrate-judge` on the calibration split), or None."""
+    manifest = None if weights is None else weights.with_suffix(".json")
+    if manifest is None or not manifest.is_file():
+        return None
+    return json.loads(manifest.read_text()).get("judge_calibration") or None
+
+
+def write_judge_calibration(weights: Path, target: Path) -> None:
+    """The weights' judge calibration, if they have one, as the checkpoint's grounding/judge.json, which the
+    server reads."""
+    calibration = judge_calibration(weights)
+    if calibration is None:
         return
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps(calibration, indent=2) + "\n")

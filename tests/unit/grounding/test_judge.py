@@ -137,10 +137,10 @@ def test_a_checkpoint_carries_its_calibrated_threshold_and_a_bad_file_is_refused
 
 
 def test_build_writes_the_manifests_judge_calibration_beside_the_checkpoint(tmp_path):
-    manifest = tmp_path / "large-grounding.json"
+    weights, manifest = tmp_path / "large-grounding.safetensors", tmp_path / "large-grounding.json"
     manifest.write_text(json.dumps({"config": {}, "judge_calibration": {"threshold": 0.2, "set": "calibration"}}))
-    write_judge_calibration(manifest, tmp_path / "ckpt" / JUDGE_FILE)
+    write_judge_calibration(weights, tmp_path / "ckpt" / JUDGE_FILE)
     assert checkpoint_judge_threshold(tmp_path / "ckpt") == 0.2
     manifest.write_text(json.dumps({"config": {}}))
-    write_judge_calibration(manifest, tmp_path / "other" / JUDGE_FILE)
+    write_judge_calibration(weights, tmp_path / "other" / JUDGE_FILE)
     assert checkpoint_judge_threshold(tmp_path / "other") is None
