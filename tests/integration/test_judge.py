@@ -84,26 +84,36 @@ def _forced(client, messages: list[dict], answer: str):
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the committed `large` demo has not learned the judge's questions: asked 'Is there a giraffe by the "
-    "window in the image?' about a blue square it says yes (P 0.90); a run that teaches it makes this pass and must "
-    "drop this mark",
-)
-def test_the_judge_reads_claims_in_words_on_no_list(server):
-    """Judge-only evidence on an image of one blue square: a thing no list names ("a giraffe by the window") is
-    unsupported, a true one in words no checker knows ("the background is light") is supported, and the wrong
-    colour of the shape is caught."""
-    key = new_tenant(server, "words", grounding_policy="flag", grounding_evidence="judge")
-    client = openai_client(server.v1, key, timeout=180)
-    answer = "There is a giraffe by the window. The background is light. The square is red."
+def _judged_claims(client, answer: str) -> tuple[dict, dict]:
     got = _forced(client, _image_turn("What is in this image?"), answer)
     assert got.choices[0].message.content == answer
     verdict = got.model_dump()["grounding"]
-    by_claim = {c["claim"]: c for c in verdict["checked_claims"]}
+    return verdict, {c["claim"]: c for c in verdict["checked_claims"]}
+
+
+def test_the_judge_reads_claims_in_words_on_no_list(server):
+    """Judge-only evidence on an image of one blue square: a thing no list names ("a giraffe by the window") is
+    unsupported, a true one in words no checker knows ("the background is light") is supported, and a right
+    answer is not flagged."""
+    key = new_tenant(server, "words", grounding_policy="flag", grounding_evidence="judge")
+    client = openai_client(server.v1, key, timeout=180)
+    verdict, by_claim = _judged_claims(client, "There is a giraffe by the window. The background is light.")
     assert by_claim["a giraffe by the window"]["supported"] is False, by_claim
     assert by_claim["The background is light"]["supported"] is True, by_claim
+    assert verdict["flagged"] is True
+    right, _ = _judged_claims(client, "A blue square on a light background.")
+    assert right["flagged"] is False, right
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the committed `large` demo's judge gives 'In the image, is the square red?' about a blue square "
+    "P(yes) 0.39, over the threshold calibrated for it (0.35); a run that teaches colours better makes this pass "
+    "and must drop this mark",
+)
+def test_the_judge_catches_the_wrong_colour_of_a_shape(server):
+    key = new_tenant(server, "colour", grounding_policy="flag", grounding_evidence="judge")
+    client = openai_client(server.v1, key, timeout=180)
+    verdict, by_claim = _judged_claims(client, "The square is red.")
     assert by_claim["The square is red"]["supported"] is False, by_claim
     assert verdict["flagged"] is True
-    right = _forced(client, _image_turn("What is in this image?"), "A blue square on a light background.")
-    assert right.model_dump()["grounding"]["flagged"] is False, right.model_dump()["grounding"]
