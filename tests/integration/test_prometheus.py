@@ -106,10 +106,15 @@ def test_prometheus_evaluates_the_slo_rules_on_live_metrics(prometheus, client):
             # NaN: the rule's window held no new observation (a scrape came late under load): not a value yet.
             if rule not in found and result and not math.isnan(float(result[0]["value"][1])):
                 found[rule] = result
-        if len(found) < len(wanted):  # keep the window fed while waiting
+        if len(found) < len(wanted):  # keep every rule's window fed while waiting: text and media alike
             client.chat.completions.create(
                 model="small", messages=[{"role": "user", "content": "Count to three."}], max_tokens=4
             )
+            content = [
+                {"type": "text", "text": "Describe it."},
+                {"type": "image_url", "image_url": {"url": media.png_data_url(int(time.monotonic()) % 7)}},
+            ]
+            client.chat.completions.create(model="small", messages=[{"role": "user", "content": content}], max_tokens=4)
         time.sleep(1)
     assert set(found) == set(wanted), f"rules without a value after traffic: {set(wanted) - set(found)}"
     assert 0 < float(found["tessera:ttft_seconds:p50_text"][0]["value"][1]) < 60
