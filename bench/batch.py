@@ -57,7 +57,9 @@ class BatchSizes:
 
 
 FULL = BatchSizes()
-SMOKE = BatchSizes(lines=40, interactive=8, max_tokens=8, ladder=(), ladder_requests=0, rounds=1, batch_timeout_s=300.0)
+# The smoke's batch must outlast its 8 interactive requests (sent over one second at 8/s): 40 lines of the `small`
+# pool drained within the second the phase began, and a batch's `completed_at` counts whole seconds.
+SMOKE = BatchSizes(lines=160, interactive=8, max_tokens=8, ladder=(), ladder_requests=0, rounds=1, batch_timeout_s=300)
 SMOKE_RATE = 8.0  # the smoke's 8 interactive requests are all sent while its batch drains
 
 
