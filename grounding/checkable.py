@@ -297,24 +297,18 @@ def _clause_claims(clause: str) -> list[CheckableClaim]:
             continue
         if word in _DETERMINERS or word == "no" or (_is_number_like(word) and not _looks_like_time(lowered, i)):
             claim, after, place_end = _object_at(words, i, nested=i < place_ends)
-            if claim is not None and (negated or word == "no"):
-                # "there is no green square", "there isn't a star": the thing said to be absent
-                claim = dataclasses.replace(claim, negated=True, count=None)
-                out.append(claim)
-                place_ends = max(place_ends, place_end)
-                i = max(after, i + 1)
-                continue
+            absent = negated or word == "no"  # "there is no green square", "there isn't a star"
             # "the speaker's favourite colour is purple", "the square in the middle is green": the noun phrase is
             # the subject of an attribute claim, which says more than the object alone
             copula = next((c for c in (after, place_end) if c < len(words) and lowered[c] in _COPULAS), None)
-            if copula is not None and not negated:
+            if copula is not None and not absent:
                 position = claim.position if claim is not None and copula == place_end else None
                 if (attribute := _attribute(words, i, after, copula, position)) is not None:
                     out.append(attribute)
                     i = copula + 1 + len(attribute.attributes)
                     continue
             if claim is not None:
-                out.append(claim)
+                out.append(dataclasses.replace(claim, negated=True, count=None) if absent else claim)
             place_ends = max(place_ends, place_end)
             i = max(after, i + 1)
             continue
