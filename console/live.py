@@ -11,7 +11,8 @@ from serving.pools import PoolRegistry
 
 
 def live_figures(metrics: ServerMetrics, pools: PoolRegistry, cache: EmbeddingCache | None) -> dict[str, Any]:
-    """What the overview shows, as of now: the last minute's rate and TTFT, and the pools' current state."""
+    """What the overview shows, as of now: the last minute's rate and TTFT, and the pools' current state: the chat
+    pools' KV cache, and the embedding and transcription pools' slots (each request holds one while it runs)."""
     live = metrics.live.snapshot()
     rows = []
     for pool in pools.pools:
@@ -32,6 +33,18 @@ def live_figures(metrics: ServerMetrics, pools: PoolRegistry, cache: EmbeddingCa
                 "running": stats.running,
             }
         )
+    tasks = [
+        {
+            "name": task.name,
+            "kind": task.kind,
+            "up": task.engine.is_healthy(),
+            "rps": live["pools"].get(task.name, {}).get("rps", 0.0),
+            "in_use": task.admission.in_use,
+            "slots": task.admission.budget,
+            "queue": task.admission.queue_depth,
+        }
+        for task in pools.tasks
+    ]
     hits = misses = 0
     if cache is not None:
         for outcomes in cache.stats.by_kind.values():
@@ -41,8 +54,9 @@ def live_figures(metrics: ServerMetrics, pools: PoolRegistry, cache: EmbeddingCa
         "span_s": live["span_s"],
         "rps": live["rps"],
         "pools": rows,
-        "replicas": [{"pool": pool.name, **r} for pool in pools.pools for r in pool.engine.replicas()],
-        "queue": sum(r["queue"] + r["engine_waiting"] for r in rows),
+        "tasks": tasks,
+        "replicas": [{"pool": pool.name, **r} for pool in (*pools.pools, *pools.tasks) for r in pool.engine.replicas()],
+        "queue": sum(r["queue"] + r["engine_waiting"] for r in rows) + sum(t["queue"] for t in tasks),
         "cache_enabled": cache is not None,
         "cache_lookups": hits + misses,
         "cache_hit_rate": (hits / (hits + misses)) if hits + misses else None,

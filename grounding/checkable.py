@@ -235,7 +235,7 @@ def _claim(
     head, attributes = lowered[end - 1], tuple(lowered[start + 1 : end - 1])
     if head in _NOT_OBJECTS or head in _FILLERS or head in _PLACES or len(head) < 3 or not head.isalpha():
         return None
-    counted = count if count is not None and lowered[start] not in ("one", "single") else None
+    counted = count if count is not None and lowered[start] != "single" else None
     return CheckableClaim("object", " ".join(words[start:stop]), _singular(head), attributes, position, counted)
 
 

@@ -35,7 +35,7 @@ class CheckableClaim:
         if self.kind == "object":
             where = f" {self.position}" if self.position else ""
             if self.count is not None and self.count != 1:
-                many = " ".join((*self.attributes, _plural(self.subject)))
+                many = " ".join((*self.attributes, plural(self.subject)))
                 number = NUMBER_WORDS[self.count] if self.count < len(NUMBER_WORDS) else str(self.count)
                 return f"Are there {number} {many}{where} in the {_noun(medium)}?"
             described = " ".join((*self.attributes, self.subject))
@@ -49,6 +49,12 @@ class CheckableClaim:
         if self.kind in ("date", "time"):
             return f"Does the speaker mention {self.subject}?"
         return f"Does the speaker say the number {self.subject}?"
+
+    def about(self) -> tuple[str, ...]:
+        """What the claim is about, in lower case: its subject, and for a fact only heard its values too (the
+        speaker's favourite colour is about "purple"), as a label head or a transcript would key the same fact."""
+        heard = self.media() == ("audio",)
+        return tuple(dict.fromkeys((self.subject.lower(), *(a.lower() for a in self.attributes if heard))))
 
     def media(self) -> tuple[Medium, ...]:
         """The media that can speak to it: things and their looks are seen, names, dates, times and numbers heard;
@@ -65,7 +71,7 @@ def _noun(medium: Medium) -> str:
     return "image" if medium == "image" else "audio clip"
 
 
-def _plural(word: str) -> str:
+def plural(word: str) -> str:
     if word.endswith("y") and word[-2:-1] not in ("a", "e", "o", "u"):
         return word[:-1] + "ies"
     return word + ("es" if word.endswith(("s", "x", "ch", "sh")) else "s")

@@ -63,9 +63,9 @@ def add_eval_parser(subparsers: Any) -> Any:
     g.add_argument(
         "--evidence",
         choices=["label_head", "judge", "both"],
-        default="both",
         help="The embedded server's tenant grounding evidence (default both: each verdict also gives what the label "
-        "head and the judge would each have scored alone, so the report has all three).",
+        "head and the judge would each have scored alone, so the report has all three; judge with --calibrate-judge, "
+        "so every claim's P(yes) is on its verdict).",
     )
     g.add_argument(
         "--forced",
@@ -122,6 +122,10 @@ def _run_grounding(
     budget = args.budget_s or (SMOKE_BUDGET_S if args.smoke else DEFAULT_BUDGET_S)
     if args.calibrate_judge and path.stem in suite.heldout:
         raise EvalFailure(f"{path} is a held-out set: calibrate on a calibration split, never on held-out items")
+    if args.calibrate_judge and args.evidence not in (None, "judge"):
+        # under both, a claim the label head checked is its own, so the verdict leaves out the judge's P(yes) for it
+        raise EvalFailure("--calibrate-judge reads every claim's P(yes): run it with --evidence judge (its default)")
+    args.evidence = args.evidence or ("judge" if args.calibrate_judge else "both")
     forced = args.forced if args.forced is not None else (SMOKE_FORCED if args.smoke else DEFAULT_FORCED)
     run = {
         "max_tokens": max_tokens,

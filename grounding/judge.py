@@ -4,7 +4,10 @@ For each checkable claim of an answer (grounding.checkable) and each medium of t
 the judge pool is asked "Is there a red square in the image? Answer yes or no." with the request's own
 conversation up to its last user turn, that turn's media kept in the client's order and its text replaced by the
 question. The claim's support is the judge's probability of "yes" against "no" at the first output token (its
-logprobs); it is supported at `threshold` or above. A claim both media can speak to is supported if either does.
+logprobs); it is supported at `threshold` or above. A count or a place in an image is asked openly instead ("How
+many shapes are there in the image?", "Where is the red square in the image?"; grounding.open_questions), since a
+model tends to say yes to any count or place it is offered. A claim both media can speak to is supported if either
+does.
 An answer with no checkable claim is asked about whole ("Is the following statement supported by the image: ...").
 
 Each question goes through the lease like any request (serving.service): admitted by KV budget, its media encoded
@@ -33,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from grounding.checkable import CheckableClaim, Medium, checkable_claims
+from grounding.open_questions import ANSWER_TOKENS, OpenQuestion, open_question, value_support
 from serving.engines.base import GenerationParams, TokenLogprob
 from serving.errors import TesseraError
 from serving.policy import CallerIdentity, CallerPolicy
@@ -59,6 +63,7 @@ class JudgedClaim:
     p_yes: float | None  # None: the judge answered neither yes nor no
     supported: bool | None  # None: no judgement
     negated: bool = False  # the claim says the thing is absent: it is supported by a no
+    about: tuple[str, ...] = ()  # what the claim is about, as a label head names it (grounding.scorer.combine)
 
     @property
     def support(self) -> float | None:
@@ -179,9 +184,11 @@ class Judge:
         claims = checkable_claims(record.answer)
         whole = not claims
         claims = (claims or [whole_answer(record.answer)])[: self._max_questions]
-        asks: list[tuple[int, str]] = []
+        asks: list[tuple[int, Medium, str, OpenQuestion | None]] = []
         for i, claim in enumerate(claims):
-            asks += [(i, question_for(claim, m, whole)) for m in claim.media() if m in media and m in taken]
+            for m in claim.media():
+                if m in media and m in taken:
+                    asks += [(i, m, q, o) for q, o in questions_for(claim, m, whole)]
         if not asks:
             return []
         policy_of = await self._callers(record.caller)  # the key's principal, read once per answer
@@ -189,46 +196,77 @@ class Judge:
             return None
         ids = [judge_request_id(record.request_id, n) for n in range(len(asks))]
         answers = await asyncio.gather(
-            *(self._ask(record, model, q, rid, policy_of(rid)) for (_, q), rid in zip(asks, ids, strict=True))
+            *(self._ask(record, model, q, o, rid, policy_of(rid)) for (_, _, q, o), rid in zip(asks, ids, strict=True))
         )
         judged = []
         for i, claim in enumerate(claims):
-            mine = [(q, p) for (at, q), p in zip(asks, answers, strict=True) if at == i]
+            mine = [(m, q, p) for (at, m, q, _), p in zip(asks, answers, strict=True) if at == i]
             if not mine:
                 continue  # no medium of this request can speak to it
-            known = [p for _, p in mine if p is not None]
+            # per medium, the claim holds if every question about it does (the thing is there, and where it says);
             # a thing is there if any medium shows it: the highest P(yes) speaks for a claim and against its absence
+            per_medium = [
+                _all_of([p for m, _, p in mine if m == medium]) for medium in dict.fromkeys(m for m, *_ in mine)
+            ]
+            known = [p for p in per_medium if p is not None]
             best = max(known) if known else None
-            verdict = JudgedClaim(claim.text, tuple(q for q, _ in mine), best, None, claim.negated)
+            verdict = JudgedClaim(claim.text, tuple(q for _, q, _ in mine), best, None, claim.negated, claim.about())
             support = verdict.support
             supported = None if support is None else support >= threshold
             judged.append(dataclasses.replace(verdict, supported=supported))
         return judged
 
     async def _ask(
-        self, record: CompletionRecord, model: str, question: str, request_id: str, caller: CallerPolicy
+        self,
+        record: CompletionRecord,
+        model: str,
+        question: str,
+        asked: OpenQuestion | None,
+        request_id: str,
+        caller: CallerPolicy,
     ) -> float | None:
+        """P(yes) to a yes/no question; for an open one (`asked`), the probability of the claimed value."""
         from serving.service import GenerationRequest
 
         request = GenerationRequest(
             model=model,
             messages=judge_messages(record.messages, question),
-            params=GenerationParams(max_tokens=1, temperature=0.0, logprobs=TOP_LOGPROBS),
+            params=GenerationParams(
+                max_tokens=1 if asked is None else ANSWER_TOKENS, temperature=0.0, logprobs=TOP_LOGPROBS
+            ),
             endpoint="grounding",
         )
         started = time.monotonic()
+        tokens: list[TokenLogprob] = []
         try:
             completion = await self._service.start(request, caller)
             async with completion:
-                first = await completion.first_delta()
-                async for _ in completion:
-                    pass
+                async for delta in completion:
+                    tokens += delta.logprobs or ()
             await completion.recorded()
         except TesseraError as exc:
             logger.warning("judge question %s about %s refused: %s", request_id, record.request_id, exc)
             return None
-        if first is None or not first.logprobs:
+        if not tokens:
             return None
-        p_yes = yes_probability(first.logprobs[0])
-        logger.debug("judge %s: %r -> P(yes) %s in %.2fs", request_id, question, p_yes, time.monotonic() - started)
-        return p_yes
+        p = yes_probability(tokens[0]) if asked is None else value_support(tokens, asked)
+        logger.debug("judge %s: %r -> %s in %.2fs", request_id, question, p, time.monotonic() - started)
+        return p
+
+
+def questions_for(claim: CheckableClaim, medium: Medium, whole: bool) -> list[tuple[str, OpenQuestion | None]]:
+    """The questions that check a claim in one medium: its yes/no question; for a count, the open question alone
+    (grounding.open_questions); for a place, whether the thing is there and the open question where it is."""
+    asked = None if whole else open_question(claim, medium)
+    if asked is None:
+        return [(question_for(claim, medium, whole), None)]
+    if asked.slot == "count":
+        return [(asked.text, asked)]
+    return [(question_for(dataclasses.replace(claim, position=None), medium, whole), None), (asked.text, asked)]
+
+
+def _all_of(supports: list[float | None]) -> float | None:
+    """The probability that every question's answer bears the claim out (independent answers), over those the
+    judge answered; None when it answered none."""
+    known = [p for p in supports if p is not None]
+    return math.prod(known) if known else None

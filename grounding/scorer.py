@@ -57,6 +57,10 @@ class GroundingResult:
     # Each checked claim: its text, whether it is supported, the evidence that spoke (label_head or judge) and,
     # for the judge, its probability of yes.
     checked: tuple[dict[str, Any], ...] = ()
+    # What the claims were about (lower case): the things seen (a shape's kind; "shape" for a count of shapes) and
+    # the values heard (a name, a weekday, a number, a colour). Under `both` evidence a judged claim about one of
+    # them is the label head's to decide (see `combine`).
+    about: frozenset[str] = frozenset()
 
 
 class GroundingScorer:
@@ -146,21 +150,23 @@ class GroundingScorer:
         if not has_audio and not images:
             return None
         verdicts: dict[tuple[str, str | None, str], tuple[str, bool]] = {}
+        about: set[str] = set()
 
-        def add(found: list[tuple[str, bool, tuple[str, str | None, str]]]) -> None:
+        def add(found: list[tuple[str, bool, tuple[str, str | None, str]]], seen_in_image: bool) -> None:
             for text, ok, key in found:
                 seen = verdicts.get(key)
                 verdicts[key] = (text, ok or (seen is not None and seen[1]))
+                about.update(_about(key, seen_in_image))
 
         if images:
-            add(image_claim_verdicts(answer, images, question))
+            add(image_claim_verdicts(answer, images, question), seen_in_image=True)
         if has_audio:
             assert audio_pcm16k is not None
             label = sound_label(audio_pcm16k)
             if transcript is None:
                 transcript = self.hypotheses(audio_pcm16k) if label == "speech" else ""
             alternatives = heard_of(transcript)
-            add(audio_claim_verdicts(answer, alternatives, label))
+            add(audio_claim_verdicts(answer, alternatives, label), seen_in_image=False)
             heard = alternatives.best if label == "speech" and alternatives.best else SOUND_TEXT[label]
             for sentence, best in self.claim_support(answer, heard):
                 if image_claim_verdicts(sentence, images, question) or audio_claim_verdicts(sentence, heard, label):
@@ -173,15 +179,35 @@ class GroundingScorer:
             return GroundingResult(0.0 if has_audio or asked_about_image else 1.0, 0, ())
         unsupported = tuple(text for text, ok in verdicts.values() if not ok)
         checked = tuple({"claim": text, "evidence": "label_head", "supported": ok} for text, ok in verdicts.values())
-        return GroundingResult((len(verdicts) - len(unsupported)) / len(verdicts), len(verdicts), unsupported, checked)
+        score = (len(verdicts) - len(unsupported)) / len(verdicts)
+        return GroundingResult(score, len(verdicts), unsupported, checked, frozenset(about))
+
+
+def _about(key: tuple[str, str | None, str], seen_in_image: bool) -> set[str]:
+    """What a fact checked under `key` (kind, noun, value) is about: an image's shape (and "shape" for a count of
+    shapes), a clip's thing or spoken value (a name, a day, a number, a colour, a kind of sound)."""
+    kind, noun, value = key
+    if kind == "sentence":
+        return set()  # a sentence checked for topical support speaks to no fact in particular
+    out = {noun.lower()} if noun else set()
+    if seen_in_image:
+        if kind == "number" and not noun:
+            out.add("shape")
+    elif value:
+        out.add(value.lower())
+    return out
 
 
 def combine(label_head: GroundingResult | None, judged: Sequence[Any] | None) -> GroundingResult | None:
-    """One result from the label head's (and transcript's) result and the judge's claims (grounding.judge): every
-    claim either checked counts, so a claim either finds unsupported lowers the score. The judge alone scores an
-    answer where the label head had no claim to check; claims the judge could not judge do not count. None when
-    neither gives evidence."""
-    verdicts = [j for j in judged or () if j.supported is not None]
+    """One result from the label head's (and transcript's) result and the judge's claims (grounding.judge), under
+    `both` evidence: each claim is decided by the evidence that can speak to it. A claim about something the label
+    head checked (a shape it detects, a name or day the transcript says; its `about`) is the label head's, which
+    is calibrated to those facts; the judge decides the rest (things on no list, places, times, anything of a
+    checkpoint with no label head), and its claims count beside the label head's. The judge alone scores an answer
+    where the label head had no claim to check; claims the judge could not judge do not count. None when neither
+    gives evidence."""
+    covered = label_head.about if label_head is not None else frozenset()
+    verdicts = [j for j in judged or () if j.supported is not None and not (set(j.about) & covered)]
     if not verdicts:
         return label_head
     checked = tuple(j.wire() for j in verdicts)

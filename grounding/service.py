@@ -30,10 +30,10 @@ from db.usage import set_grounding_score
 from grounding.audio_evidence import Heard, sound_label
 from grounding.guardrail import Verdict, decide, scores, waits_for_verdict
 from grounding.hearing import AudioWordReader
-from grounding.judge import Judge
+from grounding.judge import Judge, JudgedClaim
 from grounding.models import checkpoint_hint
 from grounding.questions import question_kind
-from grounding.scorer import GroundingScorer, combine, each_evidence
+from grounding.scorer import GroundingResult, GroundingScorer, combine, each_evidence
 from serving.background import BackgroundTasks
 from serving.completion import Completion
 from serving.gate import Action, GateVerdict
@@ -187,28 +187,9 @@ class GroundingService:
         try:
             loop = asyncio.get_running_loop()
             started = loop.time()
-            judged = None
-            if self._judged(record):
-                assert self.judge is not None
-                judging = loop.time()
-                judged = await self.judge.check(record)
-                self.judge_seconds.observe(loop.time() - judging)
-            label_head = None
-            if record.caller.grounding_evidence != "judge" and (record.audio or record.images):
-                audio = record.audio[0] if record.audio else None
-                early = self._transcripts.pop(record.request_id, None)
-                transcript = await early if early is not None else None
-                label_head = await loop.run_in_executor(
-                    self._executor,
-                    functools.partial(
-                        self._scorer.score_media,
-                        record.answer,
-                        audio,
-                        record.images,
-                        question=record.question,
-                        transcript=transcript,
-                    ),
-                )
+            # the judge's questions and the label head's reading run side by side: under `flag`, the answer waits
+            # for the slower of the two, not their sum
+            judged, label_head = await asyncio.gather(self._judge_claims(record), self._label_head(record))
             result = combine(label_head, judged)
             self.seconds.observe(loop.time() - started)
             if result is not None:
@@ -242,6 +223,34 @@ class GroundingService:
             self._pending -= 1
             if waits_for_verdict(record.caller.grounding_policy):
                 self._resolve(record.request_id, verdict)
+
+    async def _judge_claims(self, record: CompletionRecord) -> list[JudgedClaim] | None:
+        if not self._judged(record):
+            return None
+        assert self.judge is not None
+        started = asyncio.get_running_loop().time()
+        judged = await self.judge.check(record)
+        self.judge_seconds.observe(asyncio.get_running_loop().time() - started)
+        return judged
+
+    async def _label_head(self, record: CompletionRecord) -> GroundingResult | None:
+        """The label head's (and transcript's) result, unless the caller's evidence is the judge alone."""
+        if record.caller.grounding_evidence == "judge" or not (record.audio or record.images):
+            return None
+        audio = record.audio[0] if record.audio else None
+        early = self._transcripts.pop(record.request_id, None)
+        transcript = await early if early is not None else None
+        return await asyncio.get_running_loop().run_in_executor(
+            self._executor,
+            functools.partial(
+                self._scorer.score_media,
+                record.answer,
+                audio,
+                record.images,
+                question=record.question,
+                transcript=transcript,
+            ),
+        )
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)

@@ -279,6 +279,7 @@ class ServerMetrics:
         self.endpoint_requests.labels(record.endpoint, model, record.status).inc()
         self.endpoint_latency.labels(record.endpoint, model).observe(record.total_s)
         if record.endpoint != "chat":
+            self.live.finished(model, None)  # a request the pool served: it counts in the overview's rate
             usage = record.usage
             if usage.audio_ms:
                 cached = min(usage.cached_audio_ms, usage.audio_ms)

@@ -88,3 +88,37 @@ def test_admin_overview_renders_the_replica_table():
     assert '<tr data-replica="10.0.0.2:8000">' in html
     assert "ejected (3 s)" in html
     assert "10 (7)" in html
+
+
+class _TaskEngine:
+    """An embedding engine as the overview reads it: healthy, with remote replicas of its own."""
+
+    def is_healthy(self) -> bool:
+        return True
+
+    def replicas(self) -> list[dict]:
+        return [ROWS[0]]
+
+
+def test_admin_overview_lists_embedding_and_transcription_pools():
+    from pathlib import Path
+
+    from jinja2 import Environment, FileSystemLoader
+
+    from serving.pools import TaskPool
+
+    metrics = ServerMetrics()
+    engine = StubEngine()
+    task = TaskPool("minilm", "embedding", _TaskEngine(), tokenizer=None)
+    pools = PoolRegistry([ModelPool("small", engine, modalities=["text"])], [task])
+    metrics.live.finished("minilm", None)
+    live = live_figures(metrics, pools, None)
+    (row,) = live["tasks"]
+    assert (row["name"], row["kind"], row["up"], row["slots"]) == ("minilm", "embedding", True, 8)
+    assert row["rps"] == 1 / 60
+    assert [(r["pool"], r["name"]) for r in live["replicas"]] == [("minilm", "10.0.0.1:8000")]
+    env = Environment(loader=FileSystemLoader(Path(__file__).resolve().parents[3] / "templates"), autoescape=True)
+    html = env.get_template("console/admin/_live.html.jinja2").render(live=live)
+    assert '<tr data-pool="minilm">' in html
+    assert "<td>embeddings</td>" in html
+    assert "<td>0 / 8</td>" in html

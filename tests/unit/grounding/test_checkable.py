@@ -36,7 +36,7 @@ def _objects(answer: str) -> list[tuple[str, tuple[str, ...], str | None, int | 
             "A woman in a dress stands under a tree.",
             [("woman", (), "in a dress", None), ("dress", (), None, None), ("tree", (), None, None)],
         ),
-        ("There is one circle in the image.", [("circle", (), None, None)]),
+        ("There is one circle in the image.", [("circle", (), None, 1)]),
         ("The answer is yes.", []),
     ],
 )

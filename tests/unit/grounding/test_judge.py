@@ -1,5 +1,6 @@
 """The judge's pieces that need no engine: P(yes) from logprobs, its prompt, its questions and the combined score."""
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass
@@ -87,6 +88,31 @@ def test_combined_scores_count_every_claim_either_evidence_checked():
     assert combine(label, None) is label
     nothing_to_check = GroundingResult(1.0, 0, ())
     assert combine(nothing_to_check, [_judged("a giraffe", 0.1)]).score == 0.0  # type: ignore[union-attr]
+
+
+def test_under_both_a_claim_the_label_head_checked_is_the_label_heads():
+    label = GroundingResult(
+        1.0, 2, (), ({"claim": "the circle is red", "supported": True},), about=frozenset({"circle", "shape", "mary"})
+    )
+    judged = [
+        # the label head checked the circle and the count of shapes: the judge's doubts about them do not count
+        dataclasses.replace(_judged("a red circle", 0.1), about=CheckableClaim("object", "", "circle").about()),
+        dataclasses.replace(_judged("three shapes", 0.2), about=("shape",)),
+        # a name the transcript said, and a colour heard of the speaker
+        dataclasses.replace(_judged("Mary", 0.3), about=CheckableClaim("name", "Mary", "Mary").about()),
+        # a giraffe is on no list: the judge's
+        dataclasses.replace(_judged("a giraffe", 0.1), about=("giraffe",)),
+    ]
+    both = combine(label, judged)
+    assert both is not None
+    assert (both.claims, both.unsupported) == (3, ("a giraffe",))
+    assert [c.get("evidence") for c in both.checked] == [None, "judge"]  # the label head's, then the judge's
+    # each evidence alone still scores every claim it judged
+    assert dict(each_evidence(label, judged))["judge"] == 0.0
+    # a fact only heard is about its values too; a seen one about its thing alone
+    heard = CheckableClaim("attribute", "my favourite colour is purple", "speaker's favourite colour", ("purple",))
+    assert heard.about() == ("speaker's favourite colour", "purple")
+    assert CheckableClaim("attribute", "the square is red", "square", ("red",)).about() == ("square",)
 
 
 def test_each_evidence_that_spoke_scores_on_its_own():

@@ -200,6 +200,11 @@ def test_media_answers_are_checked_fact_by_fact(scorer):
     red_circle = (ImageFindings(4, 4, (Detection("circle:red", 2, 0.5, 0.5),)),)
     both = scorer.score_media("The circle is red. My favourite colour is blue.", speech, red_circle, transcript=said)
     assert both.unsupported == ("the colour blue",)
+    # what the label head spoke to: the shapes it checked, and the values heard
+    assert {"circle", "blue"} <= both.about
+    assert "thursday" in right.about
+    counted = scorer.score_media("There are two shapes, a red circle.", None, red_circle)
+    assert {"circle", "shape"} <= counted.about
 
 
 def test_an_image_answer_that_asserts_nothing_scores_by_what_was_asked(scorer):

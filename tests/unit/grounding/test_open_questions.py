@@ -1,0 +1,74 @@
+"""Open questions for the judge: which claims are asked openly, and the claimed value's probability in an answer."""
+
+import math
+
+import pytest
+
+from grounding.checkable import CheckableClaim, checkable_claims
+from grounding.judge import questions_for
+from grounding.open_questions import OpenQuestion, open_question, place_words, value_support
+from serving.engines.base import TokenLogprob
+
+
+def _claim(answer: str) -> CheckableClaim:
+    # the answer's first claim about a thing ("2" is a number claim of its own as well)
+    return next(c for c in checkable_claims(answer) if c.kind in ("object", "attribute"))
+
+
+@pytest.mark.parametrize(
+    ("answer", "question", "claimed"),
+    [
+        ("There are three shapes.", "How many shapes are there in the image?", ("three",)),
+        ("There are 2 red circles.", "How many red circles are there in the image?", ("two",)),
+        ("A red square at the top left.", "Where is the red square in the image?", ("top", "left")),
+        ("The star is in the middle.", "Where is the star in the image?", ("centre",)),
+    ],
+)
+def test_counts_and_places_in_an_image_are_asked_openly(answer, question, claimed):
+    asked = open_question(_claim(answer), "image")
+    assert asked is not None
+    assert (asked.text, asked.claimed) == (question, claimed)
+
+
+@pytest.mark.parametrize(
+    "answer", ["A giraffe by the window.", "No, there is no green square.", "The square is red.", "A blue circle."]
+)
+def test_other_claims_keep_their_yes_no_question(answer):
+    claim = _claim(answer)
+    assert open_question(claim, "image") is None
+    assert [o for _, o in questions_for(claim, "image", whole=False)] == [None]
+
+
+def test_a_place_is_asked_twice_whether_the_thing_is_there_and_where():
+    asked = questions_for(_claim("A red square at the top left."), "image", whole=False)
+    assert [q for q, _ in asked] == [
+        "Is there a red square in the image? Answer yes or no.",
+        "Where is the red square in the image?",
+    ]
+    assert open_question(_claim("There are three shapes."), "audio") is None  # a clip is asked yes or no
+
+
+def _token(token: str, **top: float) -> TokenLogprob:
+    """A generated token and its alternatives, spelt as the token is (" three" among " four" and " the")."""
+    space = token[: len(token) - len(token.lstrip())]
+    alternatives = tuple((space + t, math.log(p)) for t, p in top.items())
+    return TokenLogprob(token, math.log(top.get(token.strip(), 1.0)), alternatives)
+
+
+def test_the_claimed_count_is_read_where_the_answer_names_a_number():
+    tokens = [_token("There"), _token(" are"), _token(" three", three=0.6, four=0.3, the=0.1), _token(" shapes")]
+    asked = OpenQuestion("How many shapes are there in the image?", "count", ("three",))
+    assert value_support(tokens, asked) == pytest.approx(0.6 / 0.9)  # against the other numbers only
+    wrong = OpenQuestion("How many shapes are there in the image?", "count", ("two",))
+    assert value_support(tokens, wrong) == 0.0
+    digits = [_token("3", **{"3": 0.5, "three": 0.25, "4": 0.25})]
+    assert value_support(digits, asked) == pytest.approx(0.75)  # "3" and "three" are one value
+    assert value_support([_token("Shapes")], asked) is None  # names no number: no judgement
+
+
+def test_a_place_of_two_words_multiplies_their_probabilities():
+    tokens = [_token("It"), _token(" is"), _token(" top", top=0.8, bottom=0.2), _token(" right", right=0.7, left=0.3)]
+    assert value_support(tokens, OpenQuestion("", "place", ("top", "right"))) == pytest.approx(0.56)
+    assert value_support(tokens, OpenQuestion("", "place", ("top", "left"))) == pytest.approx(0.24)
+    assert value_support(tokens, OpenQuestion("", "place", ("bottom",))) == pytest.approx(0.2)
+    assert place_words("in the upper middle") == ("top", "centre")
