@@ -55,7 +55,11 @@ def live_figures(metrics: ServerMetrics, pools: PoolRegistry, cache: EmbeddingCa
         "rps": live["rps"],
         "pools": rows,
         "tasks": tasks,
-        "replicas": [{"pool": pool.name, **r} for pool in (*pools.pools, *pools.tasks) for r in pool.engine.replicas()],
+        "replicas": [
+            {"pool": name, **r}
+            for name, engine in [(p.name, p.engine) for p in pools.pools] + [(t.name, t.engine) for t in pools.tasks]
+            for r in engine.replicas()
+        ],
         "queue": sum(r["queue"] + r["engine_waiting"] for r in rows) + sum(t["queue"] for t in tasks),
         "cache_enabled": cache is not None,
         "cache_lookups": hits + misses,
