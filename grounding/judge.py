@@ -4,10 +4,10 @@ For each checkable claim of an answer (grounding.checkable) and each medium of t
 the judge pool is asked "Is there a red square in the image? Answer yes or no." with the request's own
 conversation up to its last user turn, that turn's media kept in the client's order and its text replaced by the
 question. The claim's support is the judge's probability of "yes" against "no" at the first output token (its
-logprobs); it is supported at `threshold` or above. A count or a place in an image is asked openly instead ("How
-many shapes are there in the image?", "Where is the red square in the image?"; grounding.open_questions), since a
-model tends to say yes to any count or place it is offered. A claim both media can speak to is supported if either
-does.
+logprobs); it is supported at `threshold` or above. A count, a colour or a place in an image is asked openly
+instead ("How many shapes are there in the image?", "What colour is the square in the image?", "Where is the red
+square in the image?"; grounding.open_questions), since a model tends to agree with any value it is offered. A
+claim both media can speak to is supported if either does.
 An answer with no checkable claim is asked about whole ("Is the following statement supported by the image: ...").
 
 Each question goes through the lease like any request (serving.service): admitted by KV budget, its media encoded
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from grounding.checkable import CheckableClaim, Medium, checkable_claims
-from grounding.open_questions import ANSWER_TOKENS, OpenQuestion, open_question, value_support
+from grounding.open_questions import ANSWER_TOKENS, OpenQuestion, open_questions, thing_of, value_support
 from serving.engines.base import GenerationParams, TokenLogprob
 from serving.errors import TesseraError
 from serving.policy import CallerIdentity, CallerPolicy
@@ -256,13 +256,14 @@ class Judge:
 
 def questions_for(claim: CheckableClaim, medium: Medium, whole: bool) -> list[tuple[str, OpenQuestion | None]]:
     """The questions that check a claim in one medium: its yes/no question; for a count, the open question alone
-    (grounding.open_questions); for a place, whether the thing is there and the open question where it is."""
-    asked = None if whole else open_question(claim, medium)
-    if asked is None:
+    (grounding.open_questions); for a colour or a place, whether the thing is there (without its place) and the
+    open question for each."""
+    asked = [] if whole else open_questions(claim, medium)
+    if not asked:
         return [(question_for(claim, medium, whole), None)]
-    if asked.slot == "count":
-        return [(asked.text, asked)]
-    return [(question_for(dataclasses.replace(claim, position=None), medium, whole), None), (asked.text, asked)]
+    if asked[0].slot == "count":
+        return [(asked[0].text, asked[0])]
+    return [(question_for(thing_of(claim), medium, whole), None), *((a.text, a) for a in asked)]
 
 
 def _all_of(supports: list[float | None]) -> float | None:

@@ -1,15 +1,18 @@
-"""Open questions for the judge: a count or a place is checked by asking for it, not by a yes/no about it.
+"""Open questions for the judge: a count, a colour or a place in an image is checked by asking for it, not by a
+yes/no about it.
 
-A yes/no question names the value it asks about ("Are there three shapes in the image?"), and a model tends to say
-yes to whatever count or place it is offered. Asked openly ("How many shapes are there in the image?"), the model
-states its own value, and the judge reads how likely the claimed one was at that point of its answer: at the first
-token of the answer that names a value of the slot (a number; a place word), the probability of the claimed value
-against every value of the slot among that token's alternatives (its logprobs). A place of two words ("top left")
-multiplies the probabilities at the answer's first two place words. An answer that names no value gives no
-judgement.
+A yes/no question names the value it asks about ("Are there three shapes in the image?", "In the image, is the
+triangle blue?"), and a model tends to agree with whatever count, colour or place it is offered, or to doubt a
+right one it would have named itself. Asked openly ("How many shapes are there in the image?", "What colour is the
+triangle in the image?"), the model states its own value, and the judge reads how likely the claimed one was at
+that point of its answer: at the first token of the answer that names a value of the slot (a number, a colour, a
+place word), the probability of the claimed value against every value of the slot among that token's
+alternatives (its logprobs). A place of two words ("top left") multiplies the probabilities at the answer's first
+two place words. An answer that names no value gives no judgement.
 
-A claim of a place also asserts the thing ("a red square at the top left"): the judge asks whether it is there
-(yes/no, without the place) and where it is, and the claim's support is the product of the two.
+A claim of a colour or a place also asserts the thing ("a red square at the top left"): the judge asks whether the
+thing is there (yes/no, without its colour and place: "Is there a square in the image?") and each open question,
+and the claim's support is their product.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from grounding.checkable_claim import CheckableClaim, Medium, plural
-from grounding.claims import NUMBER_WORDS
+from grounding.claims import COLOUR_WORDS, NUMBER_WORDS
 from serving.engines.base import TokenLogprob
 
 ANSWER_TOKENS = 16  # room for "In the image, there are three red circles." and the like
@@ -35,6 +38,7 @@ _PLACES = {
     "center": "centre",
     "middle": "centre",
 }
+_COLOURS = {"gray": "grey", "violet": "purple"}  # colour words read as one colour
 
 
 @dataclass(frozen=True)
@@ -42,25 +46,40 @@ class OpenQuestion:
     """A question whose answer names a value of one slot, and the value the claim states."""
 
     text: str
-    slot: str  # "count" | "place"
-    claimed: tuple[str, ...]  # the claimed value: a number, or one or two canonical place words
+    slot: str  # "count" | "colour" | "place"
+    claimed: tuple[str, ...]  # the claimed value: a number, a colour, or one or two canonical place words
 
 
-def open_question(claim: CheckableClaim, medium: Medium) -> OpenQuestion | None:
-    """The open question that checks the claim's count or place in an image; None for any other claim (a claim of
-    absence, a fact heard, a place on no list such as "by the window")."""
+def open_questions(claim: CheckableClaim, medium: Medium) -> list[OpenQuestion]:
+    """The open questions that check the claim's count, colour or place in an image; none for any other claim (a
+    claim of absence, a fact heard, a place on no list such as "by the window")."""
     if medium != "image" or claim.negated or claim.kind not in ("object", "attribute"):
-        return None
-    described = " ".join((*claim.attributes, claim.subject)) if claim.kind == "object" else claim.subject
+        return []
+    colours = [_COLOURS.get(a, a) for a in claim.attributes if a in COLOUR_WORDS]
+    rest = [a for a in claim.attributes if a not in COLOUR_WORDS]
     if claim.kind == "object" and claim.count is not None:
-        return OpenQuestion(
-            f"How many {plural(described)} are there in the image?", "count", (_number_word(claim.count),)
-        )
+        described = " ".join((*claim.attributes, claim.subject))
+        return [OpenQuestion(f"How many {plural(described)} are there in the image?", "count", (_number(claim.count),))]
+    many = claim.count is not None and claim.count != 1
+    thing = " ".join((*rest, claim.subject)) if claim.kind == "object" else claim.subject
+    out = []
+    if len(colours) == 1:
+        verb = "are" if many else "is"
+        out.append(OpenQuestion(f"What colour {verb} the {thing} in the image?", "colour", (colours[0],)))
     places = place_words(claim.position or "")
     if places:
-        verb = "are" if claim.count is not None and claim.count != 1 else "is"
-        return OpenQuestion(f"Where {verb} the {described} in the image?", "place", places)
-    return None
+        described = " ".join((*claim.attributes, claim.subject)) if claim.kind == "object" else claim.subject
+        out.append(OpenQuestion(f"Where {'are' if many else 'is'} the {described} in the image?", "place", places))
+    return out
+
+
+def thing_of(claim: CheckableClaim) -> CheckableClaim:
+    """The thing a claim of a colour or a place is about, without them: "a large red square at the top" -> "a large
+    square"; "the triangle is blue" -> "a triangle"."""
+    rest = tuple(a for a in claim.attributes if a not in COLOUR_WORDS)
+    return CheckableClaim(
+        "object", claim.text, claim.subject, rest if claim.kind == "object" else (), count=claim.count
+    )
 
 
 def place_words(phrase: str) -> tuple[str, ...]:
@@ -94,12 +113,14 @@ def _value(token: str, slot: str) -> str | None:
     word = token.strip().strip(".,!?;:").lower()
     if slot == "place":
         return _PLACES.get(word)
+    if slot == "colour":
+        return _COLOURS.get(word, word) if word in COLOUR_WORDS else None
     if word.isdigit():
-        return _number_word(int(word))
+        return _number(int(word))
     return word if word in NUMBER_WORDS else None
 
 
-def _number_word(n: int) -> str:
+def _number(n: int) -> str:
     return NUMBER_WORDS[n] if 0 <= n < len(NUMBER_WORDS) else str(n)
 
 

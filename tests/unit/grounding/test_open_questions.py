@@ -6,7 +6,7 @@ import pytest
 
 from grounding.checkable import CheckableClaim, checkable_claims
 from grounding.judge import questions_for
-from grounding.open_questions import OpenQuestion, open_question, place_words, value_support
+from grounding.open_questions import OpenQuestion, open_questions, place_words, value_support
 from serving.engines.base import TokenLogprob
 
 
@@ -16,36 +16,46 @@ def _claim(answer: str) -> CheckableClaim:
 
 
 @pytest.mark.parametrize(
-    ("answer", "question", "claimed"),
+    ("answer", "asked"),
     [
-        ("There are three shapes.", "How many shapes are there in the image?", ("three",)),
-        ("There are 2 red circles.", "How many red circles are there in the image?", ("two",)),
-        ("A red square at the top left.", "Where is the red square in the image?", ("top", "left")),
-        ("The star is in the middle.", "Where is the star in the image?", ("centre",)),
+        ("There are three shapes.", [("How many shapes are there in the image?", ("three",))]),
+        ("There is one shape.", [("How many shapes are there in the image?", ("one",))]),
+        ("There are 2 red circles.", [("How many red circles are there in the image?", ("two",))]),
+        ("The triangle is blue.", [("What colour is the triangle in the image?", ("blue",))]),
+        ("The star is in the middle.", [("Where is the star in the image?", ("centre",))]),
+        (
+            "A large grey square at the top left.",
+            [
+                ("What colour is the large square in the image?", ("grey",)),
+                ("Where is the large grey square in the image?", ("top", "left")),
+            ],
+        ),
     ],
 )
-def test_counts_and_places_in_an_image_are_asked_openly(answer, question, claimed):
-    asked = open_question(_claim(answer), "image")
-    assert asked is not None
-    assert (asked.text, asked.claimed) == (question, claimed)
+def test_counts_colours_and_places_in_an_image_are_asked_openly(answer, asked):
+    assert [(q.text, q.claimed) for q in open_questions(_claim(answer), "image")] == asked
 
 
 @pytest.mark.parametrize(
-    "answer", ["A giraffe by the window.", "No, there is no green square.", "The square is red.", "A blue circle."]
+    "answer", ["A giraffe by the window.", "No, there is no green square.", "The background is light.", "A circle."]
 )
 def test_other_claims_keep_their_yes_no_question(answer):
     claim = _claim(answer)
-    assert open_question(claim, "image") is None
+    assert open_questions(claim, "image") == []
     assert [o for _, o in questions_for(claim, "image", whole=False)] == [None]
 
 
-def test_a_place_is_asked_twice_whether_the_thing_is_there_and_where():
+def test_a_colour_or_place_also_asks_whether_the_thing_is_there():
     asked = questions_for(_claim("A red square at the top left."), "image", whole=False)
     assert [q for q, _ in asked] == [
-        "Is there a red square in the image? Answer yes or no.",
+        "Is there a square in the image? Answer yes or no.",
+        "What colour is the square in the image?",
         "Where is the red square in the image?",
     ]
-    assert open_question(_claim("There are three shapes."), "audio") is None  # a clip is asked yes or no
+    assert [q for q, _ in questions_for(_claim("The triangle is blue."), "image", whole=False)][0] == (
+        "Is there a triangle in the image? Answer yes or no."
+    )
+    assert open_questions(_claim("There are three shapes."), "audio") == []  # a clip is asked yes or no
 
 
 def _token(token: str, **top: float) -> TokenLogprob:
@@ -72,3 +82,9 @@ def test_a_place_of_two_words_multiplies_their_probabilities():
     assert value_support(tokens, OpenQuestion("", "place", ("top", "left"))) == pytest.approx(0.24)
     assert value_support(tokens, OpenQuestion("", "place", ("bottom",))) == pytest.approx(0.2)
     assert place_words("in the upper middle") == ("top", "centre")
+
+
+def test_a_colour_is_read_among_colours_with_its_other_spellings():
+    tokens = [_token("The"), _token(" triangle"), _token(" is"), _token(" gray", gray=0.5, grey=0.2, blue=0.2, a=0.1)]
+    assert value_support(tokens, OpenQuestion("", "colour", ("grey",))) == pytest.approx(0.7 / 0.9)
+    assert value_support(tokens, OpenQuestion("", "colour", ("blue",))) == pytest.approx(0.2 / 0.9)
