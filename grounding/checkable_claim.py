@@ -6,12 +6,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from grounding.claims import NUMBER_WORDS, article
+from grounding.claims import COLOUR_WORDS, NUMBER_WORDS, article
 
 Medium = Literal["image", "audio"]
 Kind = Literal["object", "attribute", "name", "date", "time", "number"]
 
 _AUDIO_SUBJECTS = frozenset({"clip", "audio", "recording", "speaker", "speaker's", "voice", "voice's"})
+# Place words of a frame, each read as its canonical word: "middle" and "center" are the centre, "upper" the top.
+PLACE_WORDS = {
+    "left": "left",
+    "right": "right",
+    "top": "top",
+    "upper": "top",
+    "bottom": "bottom",
+    "lower": "bottom",
+    "centre": "centre",
+    "center": "centre",
+    "middle": "centre",
+}
+SIZE_WORDS = frozenset({"large", "big", "small", "tiny", "huge", "little"})
 
 
 @dataclass(frozen=True)
@@ -54,14 +67,22 @@ class CheckableClaim:
         """What the claim is about, in lower case: its subject, and for a fact only heard its values too (the
         speaker's favourite colour is about "purple"), as a label head or a transcript would key the same fact."""
         heard = self.media() == ("audio",)
-        return tuple(dict.fromkeys((self.subject.lower(), *(a.lower() for a in self.attributes if heard))))
+        about = [self.subject.lower(), *(a.lower() for a in self.attributes if heard)]
+        if self.kind == "time":  # "one o'clock", "3 pm": a transcript's check of the hour is of its number
+            hour = self.subject.split()[0].split(":")[0].lower()
+            about += [str(NUMBER_WORDS.index(hour))] if hour in NUMBER_WORDS else [hour] if hour.isdigit() else []
+        return tuple(dict.fromkeys(about))
 
     def media(self) -> tuple[Medium, ...]:
         """The media that can speak to it: things and their looks are seen, names, dates, times and numbers heard;
-        a thing may also be heard of ("a dog barks", "the speaker mentions an apple"); an attribute of the speaker or
-        the clip ("the speaker's favourite colour is purple") is heard."""
+        a thing may also be heard of ("a dog barks", "the speaker mentions an apple"), unless it is told by its
+        colour, its size or its place in the frame; an attribute of the speaker or the clip ("the speaker's favourite
+        colour is purple") is heard."""
         if self.kind == "object":
-            return ("image", "audio")
+            # described by its looks or its place in the frame ("a small yellow star in the centre"), it is seen
+            looks = set(self.attributes) & (COLOUR_WORDS | SIZE_WORDS)
+            framed = set(words_of(self.position or "")) & PLACE_WORDS.keys()
+            return ("image",) if looks or framed else ("image", "audio")
         if self.kind == "attribute":
             return ("audio",) if set(self.subject.split()) & _AUDIO_SUBJECTS else ("image",)
         return ("audio",)
@@ -75,3 +96,8 @@ def plural(word: str) -> str:
     if word.endswith("y") and word[-2:-1] not in ("a", "e", "o", "u"):
         return word[:-1] + "ies"
     return word + ("es" if word.endswith(("s", "x", "ch", "sh")) else "s")
+
+
+def words_of(text: str) -> list[str]:
+    """The words of a text, lower case, without their punctuation."""
+    return [w.strip(".,!?;:").lower() for w in text.split()]

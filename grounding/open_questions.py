@@ -21,23 +21,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from grounding.checkable_claim import CheckableClaim, Medium, plural
+from grounding.checkable_claim import PLACE_WORDS, CheckableClaim, Medium, plural, words_of
 from grounding.claims import COLOUR_WORDS, NUMBER_WORDS
 from serving.engines.base import TokenLogprob
 
 ANSWER_TOKENS = 16  # room for "In the image, there are three red circles." and the like
-# Place words, each read as its canonical word: "middle" and "center" are the centre, "upper" the top.
-_PLACES = {
-    "left": "left",
-    "right": "right",
-    "top": "top",
-    "upper": "top",
-    "bottom": "bottom",
-    "lower": "bottom",
-    "centre": "centre",
-    "center": "centre",
-    "middle": "centre",
-}
 _COLOURS = {"gray": "grey", "violet": "purple"}  # colour words read as one colour
 
 
@@ -84,7 +72,7 @@ def thing_of(claim: CheckableClaim) -> CheckableClaim:
 
 def place_words(phrase: str) -> tuple[str, ...]:
     """The canonical place words of a phrase, in order, at most two: "at the top left" -> ("top", "left")."""
-    words = [_PLACES[w] for w in _words(phrase) if w in _PLACES]
+    words = [PLACE_WORDS[w] for w in words_of(phrase) if w in PLACE_WORDS]
     return tuple(dict.fromkeys(words))[:2]
 
 
@@ -112,7 +100,7 @@ def value_support(tokens: Sequence[TokenLogprob], question: OpenQuestion) -> flo
 def _value(token: str, slot: str) -> str | None:
     word = token.strip().strip(".,!?;:").lower()
     if slot == "place":
-        return _PLACES.get(word)
+        return PLACE_WORDS.get(word)
     if slot == "colour":
         return _COLOURS.get(word, word) if word in COLOUR_WORDS else None
     if word.isdigit():
@@ -122,7 +110,3 @@ def _value(token: str, slot: str) -> str | None:
 
 def _number(n: int) -> str:
     return NUMBER_WORDS[n] if 0 <= n < len(NUMBER_WORDS) else str(n)
-
-
-def _words(text: str) -> list[str]:
-    return [w.strip(".,!?;:").lower() for w in text.split()]

@@ -113,6 +113,8 @@ def test_under_both_a_claim_the_label_head_checked_is_the_label_heads():
     heard = CheckableClaim("attribute", "my favourite colour is purple", "speaker's favourite colour", ("purple",))
     assert heard.about() == ("speaker's favourite colour", "purple")
     assert CheckableClaim("attribute", "the square is red", "square", ("red",)).about() == ("square",)
+    assert CheckableClaim("time", "one o'clock", "one o'clock").about() == ("one o'clock", "1")
+    assert CheckableClaim("time", "10:30", "10:30").about() == ("10:30", "10")
 
 
 def test_each_evidence_that_spoke_scores_on_its_own():

@@ -88,3 +88,16 @@ def test_a_colour_is_read_among_colours_with_its_other_spellings():
     tokens = [_token("The"), _token(" triangle"), _token(" is"), _token(" gray", gray=0.5, grey=0.2, blue=0.2, a=0.1)]
     assert value_support(tokens, OpenQuestion("", "colour", ("grey",))) == pytest.approx(0.7 / 0.9)
     assert value_support(tokens, OpenQuestion("", "colour", ("blue",))) == pytest.approx(0.2 / 0.9)
+
+
+@pytest.mark.parametrize(
+    ("answer", "media"),
+    [
+        ("A small yellow star in the centre.", ("image",)),  # told by its looks and its place in the frame
+        ("A red apple.", ("image",)),
+        ("There are five chairs on the table.", ("image", "audio")),  # may be heard of
+        ("A dog by the window.", ("image", "audio")),
+    ],
+)
+def test_a_thing_told_by_its_looks_or_place_in_the_frame_is_seen(answer, media):
+    assert _claim(answer).media() == media
