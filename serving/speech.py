@@ -7,6 +7,11 @@ vLLM's own Whisper prompt names a language and a task (`<|en|><|transcribe|>`), 
 - multilingual: `<|startoftranscript|><|xx|><|transcribe|>` (or `<|translate|>`), then the same;
 - a client `prompt` goes before them after `<|startofprev|>`, as Whisper's earlier text (its last 223 tokens).
 
+A verbose_json segment's `no_speech_prob` is Whisper's probability of its no-speech token (`<|nocaptions|>`,
+`<|nospeech|>` in later checkpoints) right after `<|startoftranscript|>`, as Whisper measures it: one more
+one-token decoding of the window with the prompt up to that token, that token's logit raised so it is the one
+chosen, and its logprob read as vLLM reports it (the model's own, before any bias).
+
 Timed segments come from Whisper's own timestamp tokens (`<|0.00|>` to `<|30.00|>`, every 20 ms): the window is
 decoded without `<|notimestamps|>`, which is kept from being chosen, and the tokens between two timestamps are one
 segment, offset by the window's start.
@@ -49,6 +54,7 @@ class Segment:
     text: str
     tokens: list[int] = field(default_factory=list)
     avg_logprob: float | None = None
+    no_speech_prob: float | None = None
 
 
 @dataclass
@@ -60,6 +66,7 @@ class WindowResult:
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     text: str = ""
+    no_speech_prob: float | None = None  # measured only for timed segments (`no_speech_params`)
 
 
 class SpeechTokens:
@@ -79,6 +86,7 @@ class SpeechTokens:
         self.start, self.end, self.no_timestamps = start, end, none
         self.timestamp_begin = none + 1
         self.previous = find("<|startofprev|>")
+        self.no_speech = find("<|nospeech|>") or find("<|nocaptions|>")
         self.find = find
 
 
@@ -142,6 +150,29 @@ def window_params(options: SpeechOptions, tokens: SpeechTokens, prompt_len: int,
     )
 
 
+def no_speech_prompt(prompt: tuple[int, ...], tokens: SpeechTokens) -> tuple[int, ...]:
+    """The decoder prompt up to and including `<|startoftranscript|>`: where Whisper reads its no-speech
+    probability."""
+    return prompt[: prompt.index(tokens.start) + 1]
+
+
+def no_speech_params(tokens: SpeechTokens) -> GenerationParams | None:
+    """One token, the no-speech token made the choice, with its own logprob; None for a tokenizer without one."""
+    if tokens.no_speech is None:
+        return None
+    return GenerationParams(max_tokens=1, temperature=0.0, logprobs=0, logit_bias={tokens.no_speech: 100.0})
+
+
+async def no_speech_probability(pool: TaskPool, request: SpeechRequest, tokens: SpeechTokens) -> float | None:
+    """The window's probability of no speech (`no_speech_prompt`, `no_speech_params`); None if the engine chose
+    another token or gave no logprob."""
+    async for delta in pool.engine.transcribe(request):
+        if delta.token_ids and delta.token_ids[0] == tokens.no_speech and delta.logprobs:
+            return round(math.exp(delta.logprobs[0].logprob), 6)
+        return None
+    return None
+
+
 async def decode_window(pool: TaskPool, request: SpeechRequest, result: WindowResult) -> AsyncIterator[str]:
     """Runs one window on the pool's engine, yielding its text deltas and filling `result`."""
     async for delta in pool.engine.transcribe(request):
@@ -169,7 +200,7 @@ def segments(pool: TaskPool, tokens: SpeechTokens, results: list[WindowResult]) 
                 if start is None:
                     start = at
                 elif body:
-                    out.append(_segment(pool, len(out), start, at, body, lps))
+                    out.append(_segment(pool, len(out), start, at, body, lps, window.no_speech_prob))
                     start, body, lps = None, [], []
                 else:
                     start = at
@@ -178,13 +209,22 @@ def segments(pool: TaskPool, tokens: SpeechTokens, results: list[WindowResult]) 
                 lps.append(lp)
         if body:
             begin = window.offset_s if start is None else start
-            out.append(_segment(pool, len(out), begin, window.offset_s + window.duration_s, body, lps))
+            end = window.offset_s + window.duration_s
+            out.append(_segment(pool, len(out), begin, end, body, lps, window.no_speech_prob))
     return out
 
 
-def _segment(pool: TaskPool, index: int, start: float, end: float, body: list[int], lps: list[float]) -> Segment:
+def _segment(
+    pool: TaskPool,
+    index: int,
+    start: float,
+    end: float,
+    body: list[int],
+    lps: list[float],
+    no_speech: float | None,
+) -> Segment:
     with pool.tokenizer_lock:
         text = pool.tokenizer.decode(body, skip_special_tokens=True)
     finite = [lp for lp in lps if math.isfinite(lp)]
     avg = sum(finite) / len(finite) if finite else None
-    return Segment(index, round(start, 2), round(max(end, start), 2), text, list(body), avg)
+    return Segment(index, round(start, 2), round(max(end, start), 2), text, list(body), avg, no_speech)

@@ -69,7 +69,7 @@ def verbose(
                 "temperature": temperature,
                 "avg_logprob": s.avg_logprob,
                 "compression_ratio": _compression_ratio(s.text),
-                "no_speech_prob": None,  # not measured: vLLM reports no probability of Whisper's no-speech token
+                "no_speech_prob": s.no_speech_prob,  # None where the checkpoint has no no-speech token
             }
             for s in segments
         ],

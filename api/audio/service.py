@@ -35,6 +35,9 @@ from serving.speech import (
     check_options,
     decode_window,
     decoder_prompt,
+    no_speech_params,
+    no_speech_probability,
+    no_speech_prompt,
     segments,
     window_params,
     windows,
@@ -156,10 +159,22 @@ class Transcriber:
             results = [WindowResult(offset, len(chunk) / SAMPLE_RATE) for offset, chunk in cut]
             prompt = decoder_prompt(pool, tokens, options)
 
+            silence = no_speech_params(tokens) if options.timestamps else None
+
             async def run(index: int, result: WindowResult, chunk: Any) -> None:
                 request = self._request(lease, pool, index, chunk, prompt, options, tokens)
-                async for _ in decode_window(pool, request, result):
-                    lease.started_output()
+
+                async def decode() -> None:
+                    async for _ in decode_window(pool, request, result):
+                        lease.started_output()
+
+                async def measure() -> None:  # a timed segment carries its window's probability of no speech
+                    if silence is not None:
+                        start = no_speech_prompt(prompt, tokens)
+                        asked = SpeechRequest(f"{request.request_id}-ns", chunk, start, silence)
+                        result.no_speech_prob = await no_speech_probability(pool, asked, tokens)
+
+                await asyncio.gather(decode(), measure())
 
             await asyncio.gather(
                 *(run(i, r, chunk) for i, (r, (_, chunk)) in enumerate(zip(results, cut, strict=True)))

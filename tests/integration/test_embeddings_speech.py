@@ -201,6 +201,10 @@ def test_every_response_format(client, clip):
     assert verbose.segments[0].start >= 0
     assert verbose.segments[-1].end <= verbose.duration + 0.5
     assert all(s.avg_logprob is not None and s.avg_logprob <= 0 for s in verbose.segments)
+    # Whisper's probability of its no-speech token, read at the start of a window of clear speech
+    assert all(s.no_speech_prob is not None and 0 <= s.no_speech_prob < 0.5 for s in verbose.segments), [
+        s.no_speech_prob for s in verbose.segments
+    ]
     assert "".join(s.text for s in verbose.segments).strip() == verbose.text
 
 

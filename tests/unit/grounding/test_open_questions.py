@@ -52,8 +52,10 @@ def test_a_colour_or_place_also_asks_whether_the_thing_is_there():
         "What colour is the square in the image?",
         "Where is the red square in the image?",
     ]
-    assert [q for q, _ in questions_for(_claim("The triangle is blue."), "image", whole=False)][0] == (
-        "Is there a triangle in the image? Answer yes or no."
+    (there, _), (colour, _) = questions_for(_claim("The triangle is blue."), "image", whole=False)
+    assert (there, colour) == (
+        "Is there a triangle in the image? Answer yes or no.",
+        "What colour is the triangle in the image?",
     )
     assert open_questions(_claim("There are three shapes."), "audio") == []  # a clip is asked yes or no
 

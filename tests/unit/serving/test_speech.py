@@ -10,7 +10,17 @@ import pytest
 
 from serving.errors import InvalidRequest
 from serving.pools import TaskPool
-from serving.speech import SpeechOptions, SpeechTokens, WindowResult, check_options, decoder_prompt, segments, windows
+from serving.speech import (
+    SpeechOptions,
+    SpeechTokens,
+    WindowResult,
+    check_options,
+    decoder_prompt,
+    no_speech_params,
+    no_speech_prompt,
+    segments,
+    windows,
+)
 
 
 @pytest.fixture(scope="module")
@@ -79,6 +89,7 @@ def test_timestamp_tokens_become_segments_offset_by_their_window(tokenizer):
     at = lambda seconds: tokens.timestamp_begin + round(seconds / 0.02)  # noqa: E731
     first = WindowResult(0.0, 30.0, [at(0), *hello, at(1.5), at(1.5), *bye, at(2.0), tokens.end])
     first.logprobs = [0.0] + [-0.5] * len(hello) + [0.0, 0.0] + [-1.0] * len(bye) + [0.0, 0.0]
+    first.no_speech_prob = 0.01
     second = WindowResult(30.0, 4.0, [*hello, tokens.end])  # no timestamps: one segment to the window's end
     found = segments(pool, tokens, [first, second])
     assert [(s.start, s.end, s.text) for s in found] == [
@@ -90,3 +101,16 @@ def test_timestamp_tokens_become_segments_offset_by_their_window(tokenizer):
     assert found[1].avg_logprob == -1.0
     assert found[2].avg_logprob is None
     assert [s.id for s in found] == [0, 1, 2]
+    assert [s.no_speech_prob for s in found] == [0.01, 0.01, None]  # each segment carries its window's
+
+
+def test_no_speech_is_read_right_after_the_start_of_transcript(tokenizer):
+    tokens = SpeechTokens(tokenizer)
+    assert tokenizer.convert_ids_to_tokens(tokens.no_speech) == "<|nocaptions|>"  # tiny.en's name for it
+    prompt = decoder_prompt(_pool(tokenizer), tokens, SpeechOptions(prompt="Earlier words.", timestamps=True))
+    start = no_speech_prompt(prompt, tokens)
+    assert start[-1] == tokens.start
+    assert start == prompt[: len(start)]
+    params = no_speech_params(tokens)
+    assert params is not None
+    assert (params.max_tokens, params.logprobs, params.logit_bias) == (1, 0, {tokens.no_speech: 100.0})
