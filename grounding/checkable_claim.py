@@ -25,6 +25,10 @@ PLACE_WORDS = {
     "middle": "centre",
 }
 SIZE_WORDS = frozenset({"large", "big", "small", "tiny", "huge", "little"})
+# Things only an image can hold: drawn forms and the frame itself.
+VISUAL_NOUNS = frozenset(
+    {"shape", "circle", "square", "triangle", "rectangle", "oval", "line", "dot", "background", "picture", "image"}
+)
 
 
 @dataclass(frozen=True)
@@ -75,14 +79,14 @@ class CheckableClaim:
 
     def media(self) -> tuple[Medium, ...]:
         """The media that can speak to it: things and their looks are seen, names, dates, times and numbers heard;
-        a thing may also be heard of ("a dog barks", "the speaker mentions an apple"), unless it is told by its
-        colour, its size or its place in the frame; an attribute of the speaker or the clip ("the speaker's favourite
-        colour is purple") is heard."""
+        a thing may also be heard of ("a dog barks", "the speaker mentions an apple"), unless it is a drawn form
+        ("three shapes", "a circle") or told by its colour, its size or its place in the frame; an attribute of the
+        speaker or the clip ("the speaker's favourite colour is purple") is heard."""
         if self.kind == "object":
             # described by its looks or its place in the frame ("a small yellow star in the centre"), it is seen
             looks = set(self.attributes) & (COLOUR_WORDS | SIZE_WORDS)
             framed = set(words_of(self.position or "")) & PLACE_WORDS.keys()
-            return ("image",) if looks or framed else ("image", "audio")
+            return ("image",) if looks or framed or self.subject in VISUAL_NOUNS else ("image", "audio")
         if self.kind == "attribute":
             return ("audio",) if set(self.subject.split()) & _AUDIO_SUBJECTS else ("image",)
         return ("audio",)

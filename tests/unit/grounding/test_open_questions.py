@@ -97,6 +97,7 @@ def test_a_colour_is_read_among_colours_with_its_other_spellings():
     [
         ("A small yellow star in the centre.", ("image",)),  # told by its looks and its place in the frame
         ("A red apple.", ("image",)),
+        ("There are two shapes.", ("image",)),  # a drawn form
         ("There are five chairs on the table.", ("image", "audio")),  # may be heard of
         ("A dog by the window.", ("image", "audio")),
     ],
