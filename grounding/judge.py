@@ -79,6 +79,7 @@ class JudgedClaim:
             "p_yes": None if self.p_yes is None else round(self.p_yes, 4),
             "expected": "no" if self.negated else "yes",
             "support": None if support is None else round(support, 4),
+            "questions": list(self.questions),
         }
 
 
