@@ -12,8 +12,8 @@ from grounding.judge import judge_request_id
 from grounding.models import checkpoint_judge_threshold
 from grounding.open_questions import ANSWER_TOKENS
 from tests import media
-from tests.conftest import MODELS_DIR
 from tests.admin import new_tenant
+from tests.conftest import MODELS_DIR
 from tests.openai_wire import openai_client
 
 
@@ -124,5 +124,6 @@ def test_the_judge_catches_a_wrong_colour_count_or_place(server):
     assert by_claim["The blue square is at the top"]["supported"] is False, by_claim
     right, by_claim = _judged_claims(client, "There is one shape. The blue square is in the centre.")
     assert by_claim["one shape"]["supported"] is True, by_claim
-    assert "Where is the blue square in the image?" in by_claim["The blue square is in the centre"]["questions"], by_claim
+    placed = by_claim["The blue square is in the centre"]
+    assert "Where is the blue square in the image?" in placed["questions"], placed
     assert right["flagged"] is False, right
