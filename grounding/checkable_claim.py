@@ -6,25 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from grounding.claims import COLOUR_WORDS, NUMBER_WORDS, article
+from grounding.claims import COLOUR_WORDS, NUMBER_WORDS, POSITION_WORDS, SIZE_WORDS, article
 
 Medium = Literal["image", "audio"]
 Kind = Literal["object", "attribute", "name", "date", "time", "number"]
 
 _AUDIO_SUBJECTS = frozenset({"clip", "audio", "recording", "speaker", "speaker's", "voice", "voice's"})
-# Place words of a frame, each read as its canonical word: "middle" and "center" are the centre, "upper" the top.
-PLACE_WORDS = {
-    "left": "left",
-    "right": "right",
-    "top": "top",
-    "upper": "top",
-    "bottom": "bottom",
-    "lower": "bottom",
-    "centre": "centre",
-    "center": "centre",
-    "middle": "centre",
-}
-SIZE_WORDS = frozenset({"large", "big", "small", "tiny", "huge", "little"})
+# Place words of a frame, each read as its canonical word: the claims' own, and "upper"/"lower" for top/bottom.
+PLACE_WORDS = POSITION_WORDS | {"upper": "top", "lower": "bottom"}
 # Things only an image can hold: drawn forms and the frame itself.
 VISUAL_NOUNS = frozenset(
     {"shape", "circle", "square", "triangle", "rectangle", "oval", "line", "dot", "background", "picture", "image"}

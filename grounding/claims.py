@@ -65,7 +65,7 @@ SCENERY_NOUNS = _words(
 )
 _IRREGULAR = {"people": "person", "men": "man", "women": "woman", "children": "child", "ladies": "lady"}
 
-_GREY = {"gray": "grey"}
+COLOUR_NAMES = {"gray": "grey"}  # spellings of one colour, read as its canonical name
 COLOUR_WORDS = frozenset(COLOURS)
 POSITION_WORDS = {"left": "left", "right": "right", "top": "top", "bottom": "bottom", "centre": "centre"}
 POSITION_WORDS |= {"center": "centre", "middle": "centre"}
@@ -154,7 +154,7 @@ def _clause(tokens: list[str], claims: Claims) -> None:
             continue  # "white noise" (or pink, brown) names a sound, not a colour
         if token in COLOUR_WORDS:
             bound = _bind_after(tokens, i) or _bind_before(nouns, i)
-            claims.colours.append((bound, _GREY.get(token, token)))
+            claims.colours.append((bound, COLOUR_NAMES.get(token, token)))
         elif token in POSITION_WORDS:
             bound = _bind_before(nouns, i) or next((n for at, n in nouns if at > i and n in SHAPE_NOUNS), None)
             if bound is None or bound in OBJECT_NOUNS:

@@ -22,11 +22,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from grounding.checkable_claim import PLACE_WORDS, CheckableClaim, Medium, plural, words_of
-from grounding.claims import COLOUR_WORDS, NUMBER_WORDS
+from grounding.claims import COLOUR_NAMES, COLOUR_WORDS, NUMBER_WORDS
 from serving.engines.base import TokenLogprob
 
 ANSWER_TOKENS = 16  # room for "In the image, there are three red circles." and the like
-_COLOURS = {"gray": "grey", "violet": "purple"}  # colour words read as one colour
 
 
 @dataclass(frozen=True)
@@ -43,10 +42,10 @@ def open_questions(claim: CheckableClaim, medium: Medium) -> list[OpenQuestion]:
     claim of absence, a fact heard, a place on no list such as "by the window")."""
     if medium != "image" or claim.negated or claim.kind not in ("object", "attribute"):
         return []
-    colours = [_COLOURS.get(a, a) for a in claim.attributes if a in COLOUR_WORDS]
+    colours = [COLOUR_NAMES.get(a, a) for a in claim.attributes if a in COLOUR_WORDS]
     rest = [a for a in claim.attributes if a not in COLOUR_WORDS]
+    described = " ".join((*claim.attributes, claim.subject)) if claim.kind == "object" else claim.subject
     if claim.kind == "object" and claim.count is not None:
-        described = " ".join((*claim.attributes, claim.subject))
         return [OpenQuestion(f"How many {plural(described)} are there in the image?", "count", (_number(claim.count),))]
     many = claim.count is not None and claim.count != 1
     thing = " ".join((*rest, claim.subject)) if claim.kind == "object" else claim.subject
@@ -56,7 +55,6 @@ def open_questions(claim: CheckableClaim, medium: Medium) -> list[OpenQuestion]:
         out.append(OpenQuestion(f"What colour {verb} the {thing} in the image?", "colour", (colours[0],)))
     places = place_words(claim.position or "")
     if places:
-        described = " ".join((*claim.attributes, claim.subject)) if claim.kind == "object" else claim.subject
         out.append(OpenQuestion(f"Where {'are' if many else 'is'} the {described} in the image?", "place", places))
     return out
 
@@ -98,11 +96,11 @@ def value_support(tokens: Sequence[TokenLogprob], question: OpenQuestion) -> flo
 
 
 def _value(token: str, slot: str) -> str | None:
-    word = token.strip().strip(".,!?;:").lower()
+    word = "".join(words_of(token))
     if slot == "place":
         return PLACE_WORDS.get(word)
     if slot == "colour":
-        return _COLOURS.get(word, word) if word in COLOUR_WORDS else None
+        return COLOUR_NAMES.get(word, word) if word in COLOUR_WORDS else None
     if word.isdigit():
         return _number(int(word))
     return word if word in NUMBER_WORDS else None

@@ -160,6 +160,7 @@ class Transcriber:
             prompt = decoder_prompt(pool, tokens, options)
 
             silence = no_speech_params(tokens) if options.timestamps else None
+            start = no_speech_prompt(prompt, tokens)
 
             async def run(index: int, result: WindowResult, chunk: Any) -> None:
                 request = self._request(lease, pool, index, chunk, prompt, options, tokens)
@@ -170,7 +171,6 @@ class Transcriber:
 
                 async def measure() -> None:  # a timed segment carries its window's probability of no speech
                     if silence is not None:
-                        start = no_speech_prompt(prompt, tokens)
                         asked = SpeechRequest(f"{request.request_id}-ns", chunk, start, silence)
                         result.no_speech_prob = await no_speech_probability(pool, asked, tokens)
 
