@@ -144,6 +144,13 @@ class Settings(BaseSettings):
         description="IPs or CIDRs of reverse proxies whose X-Forwarded-Proto and X-Forwarded-For are believed; "
         "empty: no peer's forwarding headers are.",
     )
+    keep_alive_s: float = Field(
+        default=75.0,
+        gt=0,
+        description="How long an idle client connection stays open, in seconds. Keep it above the idle timeout "
+        "of clients and proxies in front (the OpenAI SDK's httpx pool keeps connections 5 s): a server that closes "
+        "first races the client's next request on that connection, which then fails to read.",
+    )
     stripe_api_key: str | None = Field(default=None, description="Stripe secret key; unset: meter events wait.")
     stripe_api_base: str | None = Field(default=None, description="Stripe API base URL (default Stripe's own).")
     stripe_webhook_secret: str | None = Field(default=None, description="Signing secret of the Stripe webhook.")
@@ -267,6 +274,15 @@ class Settings(BaseSettings):
         description="The judge's P(yes) at or above which a claim is supported; choose it on a calibration split "
         "(`tessera eval grounding --set demo/golden/calibration.jsonl --calibrate-judge`). Unset: the threshold "
         "calibrated for the judge pool's checkpoint (grounding/judge.json beside it), else 0.5.",
+    )
+    grounding_judge_open_threshold: float | None = Field(
+        default=None,
+        gt=0.0,
+        lt=1.0,
+        description="The probability of a claimed count, colour or place, read from the judge's answer to an open "
+        "question, at or above which the claim is supported; calibrated with the yes/no threshold. Unset: "
+        "`grounding_judge_threshold` if that is set, else the judge pool checkpoint's calibrated open threshold, "
+        "else 0.5.",
     )
     default_max_tokens: int = Field(default=256, description="Completion length when the client sets none.")
     log_level: str = Field(default="INFO", description="Log level of the server.")

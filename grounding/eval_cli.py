@@ -76,14 +76,21 @@ def add_eval_parser(subparsers: Any) -> Any:
     g.add_argument(
         "--judge-threshold",
         type=float,
-        help="The embedded server's TESSERA_GROUNDING_JUDGE_THRESHOLD (default: the server's: the judge checkpoint's "
-        "calibrated threshold, else 0.5); take it from a --calibrate-judge run.",
+        help="The embedded server's TESSERA_GROUNDING_JUDGE_THRESHOLD, for yes/no questions, and for open ones "
+        "unless --judge-open-threshold is given (default: the server's: the judge checkpoint's calibrated "
+        "thresholds, else 0.5); take it from a --calibrate-judge run.",
+    )
+    g.add_argument(
+        "--judge-open-threshold",
+        type=float,
+        help="The embedded server's TESSERA_GROUNDING_JUDGE_OPEN_THRESHOLD: the claimed value's probability in the "
+        "judge's answer to an open question (a count, colour or place) at which the claim holds.",
     )
     g.add_argument(
         "--calibrate-judge",
         action="store_true",
-        help="Choose the judge's P(yes) threshold on this set (a calibration split, never a held-out set) and "
-        "print it as TESSERA_GROUNDING_JUDGE_THRESHOLD and as the checkpoint's grounding/judge.json.",
+        help="Choose the judge's thresholds (yes/no and open questions) on this set (a calibration split, never a "
+        "held-out set) and print them as settings and as the checkpoint's grounding/judge.json.",
     )
     g.add_argument(
         "--max-tokens", type=int, help=f"Answer length (default {DEFAULT_MAX_TOKENS}; smoke {SMOKE_MAX_TOKENS})."
@@ -140,7 +147,11 @@ def _run_grounding(
         report = evaluate(suite, items, models, args.base_url, key, **run)  # type: ignore[arg-type]
     else:
         progress(f"starting the embedded server (pools {', '.join(models)})")
-        launched = {"guardrail": args.guardrail, "evidence": args.evidence, "judge_threshold": args.judge_threshold}
+        launched = {
+            "guardrail": args.guardrail,
+            "evidence": args.evidence,
+            "judge_thresholds": (args.judge_threshold, args.judge_open_threshold),
+        }
         with launch(models, progress, **launched) as server:
             report = evaluate(suite, items, models, server.base + "/v1", server.key, **run)  # type: ignore[arg-type]
     report.update(set=str(path), smoke=bool(args.smoke), every=args.every, limit=args.limit)
@@ -180,10 +191,13 @@ def run_eval(args: argparse.Namespace, launch: Launcher, suite: EvalSuite[Any], 
                 chosen = (run.get("judge_calibration") or {}).get("chosen")
                 if chosen is None:
                     raise EvalFailure("no verdict carried the judge's P(yes): run with --evidence judge or both")
+                yes_no, open_ = chosen["threshold"], chosen["open_threshold"]
                 progress(
-                    f"{model}: judge threshold {chosen['threshold']} (recall {cell(chosen, 'recall')}, false flags "
-                    f"{cell(chosen, 'false_flag_rate')}): TESSERA_GROUNDING_JUDGE_THRESHOLD={chosen['threshold']}, "
-                    f'or {{"threshold": {chosen["threshold"]}}} in grounding/judge.json beside the checkpoint'
+                    f"{model}: judge thresholds {yes_no} (yes/no) and {open_} (open) (recall {cell(chosen, 'recall')}, "
+                    f"false flags {cell(chosen, 'false_flag_rate')}): TESSERA_GROUNDING_JUDGE_THRESHOLD={yes_no} "
+                    f"TESSERA_GROUNDING_JUDGE_OPEN_THRESHOLD={open_}, or "
+                    f'{{"threshold": {yes_no}, "open_threshold": {open_}}} in grounding/judge.json beside the '
+                    "checkpoint"
                 )
     except EvalFailure as exc:
         raise SystemExit(f"eval grounding failed: {exc}") from exc

@@ -4,8 +4,8 @@ the answer goes through the whole served path (encoders, engine, judge, label he
 
 Recall is the share of wrong answers flagged and false flags the share of right answers flagged: as the tenant's
 policy served them, and as each evidence alone (label head, judge) would have flagged them, overall and per
-modality-mix slice. The judge's own P(yes) threshold is chosen here too (`calibrate_judge`), on a calibration split
-only: never on a held-out set.
+modality-mix slice. The judge's own thresholds (yes/no and open questions) are chosen here too (`calibrate_judge`), on
+a calibration split only: never on a held-out set.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 from grounding.eval_metrics import EVIDENCE, ItemResult, evidence_flags, flag_figures
 
-JUDGE_THRESHOLDS = tuple(round(0.05 * k, 2) for k in range(1, 20))  # the judge's P(yes) thresholds tried
+JUDGE_THRESHOLDS = tuple(round(0.05 * k, 2) for k in range(1, 20))  # the judge's thresholds tried, for each form
 
 
 def forced_items(items: Sequence[Any], count: int) -> list[Any]:
@@ -88,36 +88,45 @@ def forced_figures(results: Sequence[ItemResult]) -> dict[str, Any]:
     return {"sent": len(results), "usable": len(usable), "overall": _figures(usable), "by_mix": by_mix}
 
 
-def _judge_score(result: ItemResult, threshold: float) -> float | None:
-    """The answer's judge-only score had the judge held claims supported at P(yes) >= `threshold` (P(no), for a
-    claim that a thing is absent)."""
-    p = [
-        c.get("support", c["p_yes"])
+def _judge_score(result: ItemResult, threshold: float, open_threshold: float) -> float | None:
+    """The answer's judge-only score had the judge held claims supported at `threshold` (a yes/no question's P(yes),
+    or P(no) for a claim that a thing is absent) and at `open_threshold` (an open question's probability of the
+    claimed value)."""
+    judged = [
+        (c.get("support", c["p_yes"]), c.get("form", "yes_no"))
         for c in result.checked or ()
         if c.get("evidence") == "judge" and c.get("p_yes") is not None
     ]
-    return None if not p else sum(v >= threshold for v in p) / len(p)
+    if not judged:
+        return None
+    return sum(v >= (open_threshold if form == "open" else threshold) for v, form in judged) / len(judged)
 
 
 def calibrate_judge(results: Sequence[ItemResult], false_flag_max: float = 0.05) -> dict[str, Any] | None:
-    """The judge's P(yes) threshold that flags the most wrong answers while flagging at most `false_flag_max` of
-    the right ones (the fewest false flags when none does), from answers whose verdicts carried the judge's P(yes);
-    None without any."""
-    scored = [r for r in results if r.threshold is not None and _judge_score(r, 0.5) is not None]
+    """The judge's thresholds, yes/no and open (every pair of JUDGE_THRESHOLDS), that flag the most wrong answers
+    while flagging at most `false_flag_max` of the right ones (the fewest false flags when no pair does), from
+    answers whose verdicts carried the judge's support; None without any. Ties go to the fewer false flags, then
+    to the lower thresholds."""
+    scored = [r for r in results if r.threshold is not None and _judge_score(r, 0.5, 0.5) is not None]
     if not scored:
         return None
     rows = []
     for t in JUDGE_THRESHOLDS:
-        flags = []
-        for r in scored:
-            score = _judge_score(r, t)
-            assert score is not None
-            assert r.threshold is not None
-            flags.append((score < r.threshold, r.correct))
-        rows.append({"threshold": t, **flag_figures(flags)})
+        for t_open in JUDGE_THRESHOLDS:
+            flags = []
+            for r in scored:
+                score = _judge_score(r, t, t_open)
+                assert score is not None
+                assert r.threshold is not None
+                flags.append((score < r.threshold, r.correct))
+            rows.append({"threshold": t, "open_threshold": t_open, **flag_figures(flags)})
     within = [r for r in rows if r["false_flag_rate"] is not None and r["false_flag_rate"] <= false_flag_max]
     if within:
-        best = max(within, key=lambda r: (r["recall"] or 0.0, -r["threshold"]))
+        best = max(
+            within,
+            key=lambda r: (r["recall"] or 0.0, -r["false_flag_rate"], -r["threshold"], -r["open_threshold"]),
+        )
     else:
         best = min(rows, key=lambda r: (r["false_flag_rate"] or 0.0, -(r["recall"] or 0.0)))
-    return {"answers": len(scored), "false_flag_max": false_flag_max, "chosen": best, "swept": rows}
+    one = [r for r in rows if r["threshold"] == r["open_threshold"]]  # one threshold for both forms, for comparison
+    return {"answers": len(scored), "false_flag_max": false_flag_max, "chosen": best, "swept": rows, "one": one}

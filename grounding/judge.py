@@ -4,10 +4,11 @@ For each checkable claim of an answer (grounding.checkable) and each medium of t
 the judge pool is asked "Is there a red square in the image? Answer yes or no." with the request's own
 conversation up to its last user turn, that turn's media kept in the client's order and its text replaced by the
 question. The claim's support is the judge's probability of "yes" against "no" at the first output token (its
-logprobs); it is supported at `threshold` or above. A count, a colour or a place in an image is asked openly
-instead ("How many shapes are there in the image?", "What colour is the square in the image?", "Where is the red
-square in the image?"; grounding.open_questions), since a model tends to agree with any value it is offered. A
-claim both media can speak to is supported if either does.
+logprobs); it is supported at the yes/no threshold or above. A count, a colour or a place in an image is asked
+openly instead ("How many shapes are there in the image?", "What colour is the square in the image?", "Where is the
+red square in the image?"; grounding.open_questions), since a model tends to agree with any value it is offered;
+the claimed value's probability is read against an open threshold of its own (the two forms are calibrated apart,
+grounding.models.JudgeThresholds). A claim both media can speak to is supported if either does.
 An answer with no checkable claim is asked about whole ("Is the following statement supported by the image: ...").
 
 Each question goes through the lease like any request (serving.service): admitted by KV budget, its media encoded
@@ -36,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from grounding.checkable import CheckableClaim, Medium, checkable_claims
+from grounding.models import JudgeThresholds
 from grounding.open_questions import ANSWER_TOKENS, OpenQuestion, open_questions, thing_of, value_support
 from serving.engines.base import GenerationParams, TokenLogprob
 from serving.errors import TesseraError
@@ -64,6 +66,7 @@ class JudgedClaim:
     supported: bool | None  # None: no judgement
     negated: bool = False  # the claim says the thing is absent: it is supported by a no
     about: tuple[str, ...] = ()  # what the claim is about, as a label head names it (grounding.scorer.combine)
+    form: str = "yes_no"  # "open" where an open question was asked: its support is read against the open threshold
 
     @property
     def support(self) -> float | None:
@@ -80,6 +83,7 @@ class JudgedClaim:
             "expected": "no" if self.negated else "yes",
             "support": None if support is None else round(support, 4),
             "questions": list(self.questions),
+            "form": self.form,
         }
 
 
@@ -150,20 +154,24 @@ class Judge:
         *,
         model: str | None = None,
         threshold: float | None = None,
+        open_threshold: float | None = None,
         max_questions: int = MAX_QUESTIONS,
     ) -> None:
         self._service = service
         self._callers = callers
         self._model = model
         self._threshold = threshold  # None: the judge pool's calibrated threshold, else THRESHOLD
+        self._open_threshold = open_threshold  # None: `threshold` if set, else the pool's calibrated one
         self._max_questions = max_questions
 
-    def threshold_for(self, pool: Any) -> float:
-        """The P(yes) at which `pool`'s judgements hold: the setting, else the pool checkpoint's calibrated one."""
-        if self._threshold is not None:
-            return self._threshold
-        calibrated = getattr(pool, "judge_threshold", None)
-        return THRESHOLD if calibrated is None else float(calibrated)
+    def thresholds_for(self, pool: Any) -> JudgeThresholds:
+        """The support at which `pool`'s judgements hold, per form of question: each setting, else the pool
+        checkpoint's calibrated thresholds, else THRESHOLD. A yes/no threshold set alone serves both forms."""
+        calibrated = getattr(pool, "judge_thresholds", None) or JudgeThresholds(THRESHOLD, THRESHOLD)
+        yes_no = calibrated.yes_no if self._threshold is None else self._threshold
+        if self._open_threshold is not None:
+            return JudgeThresholds(yes_no, self._open_threshold)
+        return JudgeThresholds(yes_no, calibrated.open if self._threshold is None else self._threshold)
 
     def pool_for(self, media: frozenset[str]) -> str | None:
         """The judge pool for a request with `media`: the setting, else the strongest pool that takes them all."""
@@ -181,7 +189,7 @@ class Judge:
         if not media or model is None or not record.messages:
             return None
         judge_pool = next(p for p in self._service.pipeline.pools.pools if p.name == model)
-        taken, threshold = set(judge_pool.modalities), self.threshold_for(judge_pool)
+        taken, thresholds = set(judge_pool.modalities), self.thresholds_for(judge_pool)
         claims = checkable_claims(record.answer)
         whole = not claims
         claims = (claims or [whole_answer(record.answer)])[: self._max_questions]
@@ -201,19 +209,15 @@ class Judge:
         )
         judged = []
         for i, claim in enumerate(claims):
-            mine = [(m, q, p) for (at, m, q, _), p in zip(asks, answers, strict=True) if at == i]
+            mine = [(m, q, o, p) for (at, m, q, o), p in zip(asks, answers, strict=True) if at == i]
             if not mine:
                 continue  # no medium of this request can speak to it
-            # per medium, the claim holds if every question about it does (the thing is there, and where it says);
-            # a thing is there if any medium shows it: the highest P(yes) speaks for a claim and against its absence
-            per_medium = [
-                _all_of([p for m, _, p in mine if m == medium]) for medium in dict.fromkeys(m for m, *_ in mine)
-            ]
-            known = [p for p in per_medium if p is not None]
-            best = max(known) if known else None
-            verdict = JudgedClaim(claim.text, tuple(q for _, q, _ in mine), best, None, claim.negated, claim.about())
+            best, form = _best_medium(mine, claim.negated, thresholds)
+            verdict = JudgedClaim(
+                claim.text, tuple(q for _, q, _, _ in mine), best, None, claim.negated, claim.about(), form
+            )
             support = verdict.support
-            supported = None if support is None else support >= threshold
+            supported = None if support is None else support >= thresholds.of(form)
             judged.append(dataclasses.replace(verdict, supported=supported))
         return judged
 
@@ -265,6 +269,28 @@ def questions_for(claim: CheckableClaim, medium: Medium, whole: bool) -> list[tu
     if asked[0].slot == "count":
         return [(asked[0].text, asked[0])]
     return [(question_for(thing_of(claim), medium, whole), None), *((a.text, a) for a in asked)]
+
+
+def _best_medium(
+    asked: list[tuple[Medium, str, OpenQuestion | None, float | None]], negated: bool, thresholds: JudgeThresholds
+) -> tuple[float | None, str]:
+    """A claim's support over the media it was asked of, and the form of question that support is read on.
+
+    Per medium, the claim holds if every question about it does (the thing is there, and where it says), and its
+    form is "open" where an open question was among them. A thing is there if any medium shows it: a claim speaks
+    from the medium that clears its own form's threshold by the most, and a claim of absence is answered by the
+    highest P(yes) (always yes/no questions)."""
+    per_medium = []
+    for medium in dict.fromkeys(m for m, *_ in asked):
+        mine = [(o, p) for m, _, o, p in asked if m == medium]
+        p = _all_of([p for _, p in mine])
+        if p is not None:
+            per_medium.append((p, "open" if any(o is not None for o, _ in mine) else "yes_no"))
+    if not per_medium:
+        return None, "yes_no"
+    if negated:
+        return max(p for p, _ in per_medium), "yes_no"
+    return max(per_medium, key=lambda pf: pf[0] - thresholds.of(pf[1]))
 
 
 def _all_of(supports: list[float | None]) -> float | None:

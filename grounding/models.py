@@ -8,6 +8,7 @@ import json
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -64,7 +65,7 @@ def _token_id(tokenizer: Any, token: str) -> int:
 
 # Beside a checkpoint: one line of names and terms its audio is likely to hold, for the transcriber's `hint`.
 TRANSCRIPT_HINT_FILE = "grounding/transcript_hint.txt"
-JUDGE_FILE = "grounding/judge.json"  # {"threshold": P(yes) at which the checkpoint's yes/no judgements hold, ...}
+JUDGE_FILE = "grounding/judge.json"  # {"threshold": ..., "open_threshold": ...}: JudgeThresholds
 
 
 def checkpoint_hint(checkpoints: Sequence[Path]) -> str:
@@ -76,20 +77,35 @@ def checkpoint_hint(checkpoints: Sequence[Path]) -> str:
     return ""
 
 
-def checkpoint_judge_threshold(checkpoint: Path) -> float | None:
-    """The judge threshold calibrated for `checkpoint` (its `grounding/judge.json`), or None without one. A file
-    that does not hold a threshold strictly between 0 and 1 is refused: a judge that holds every claim, or none,
-    is a mistake to catch at start-up."""
+@dataclass(frozen=True)
+class JudgeThresholds:
+    """The support at or above which a judged claim holds, per form of question: a yes/no question's P(yes), and an
+    open question's probability of the claimed value (grounding.open_questions). The two are read on different
+    scales, so each is calibrated on its own."""
+
+    yes_no: float
+    open: float
+
+    def of(self, form: str) -> float:
+        return self.open if form == "open" else self.yes_no
+
+
+def checkpoint_judge_thresholds(checkpoint: Path) -> JudgeThresholds | None:
+    """The judge thresholds calibrated for `checkpoint` (its `grounding/judge.json`: `threshold`, and
+    `open_threshold`, the same as `threshold` when absent), or None without the file. A threshold not strictly
+    between 0 and 1 is refused: a judge that holds every claim, or none, is a mistake to catch at start-up."""
     path = checkpoint / JUDGE_FILE
     if not path.is_file():
         return None
     try:
-        threshold = json.loads(path.read_text())["threshold"]
-    except (ValueError, KeyError, TypeError) as exc:
+        found = json.loads(path.read_text())
+        values = [found["threshold"], found.get("open_threshold", found["threshold"])]
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"{path}: expected a JSON object with a numeric 'threshold': {exc}") from None
-    if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 0.0 < threshold < 1.0:
-        raise ValueError(f"{path}: 'threshold' must lie strictly between 0 and 1, got {threshold!r}")
-    return float(threshold)
+    for name, value in zip(("threshold", "open_threshold"), values, strict=True):
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 < value < 1.0:
+            raise ValueError(f"{path}: '{name}' must lie strictly between 0 and 1, got {value!r}")
+    return JudgeThresholds(float(values[0]), float(values[1]))
 
 
 class WhisperTranscriber:

@@ -63,9 +63,10 @@ class ModelPool:
 
     geometry: VisionGeometry | None = None
     tool_parser: str | None = None  # vLLM's tool-call parser for `tool_choice: auto`
-    # P(yes) at which this pool's yes/no judgements hold, calibrated for its checkpoint (grounding/judge.json beside
-    # it, written by `tessera eval grounding --calibrate-judge`'s operator or by build-demo); None: the setting's
-    judge_threshold: float | None = None
+    # The support at which this pool's judgements hold, per form of question (grounding.models.JudgeThresholds),
+    # calibrated for its checkpoint (grounding/judge.json beside it, written by build-demo or by an operator after
+    # `tessera eval grounding --calibrate-judge`); None: the settings' or the default.
+    judge_thresholds: Any = None
     # Prompts are tokenized on worker threads; a fast tokenizer must not be entered by two at once.
     tokenizer_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 

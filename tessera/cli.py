@@ -103,6 +103,7 @@ def serve(settings: Settings) -> None:
         log_level=settings.log_level.lower(),
         lifespan="on",
         timeout_graceful_shutdown=10,
+        timeout_keep_alive=max(1, round(settings.keep_alive_s)),
         # Forwarding headers are believed from the configured proxies only; uvicorn's own default would trust
         # any peer on 127.0.0.1.
         proxy_headers=bool(settings.trusted_proxies),
@@ -151,18 +152,19 @@ def _eval_server(
     progress: Any,
     guardrail: str = "flag",
     evidence: str = "both",
-    judge_threshold: float | None = None,
+    judge_thresholds: tuple[float | None, float | None] = (None, None),
 ) -> Any:
     """A live embedded server of the demo pools `models` for `tessera eval`, launched as the benches launch theirs;
     its tenant's grounding guardrail is `guardrail` (flag: every answer carries its verdict), on `evidence`, and
-    its judge holds claims at `judge_threshold` (None: the default)."""
+    its judge holds claims at `judge_thresholds` (yes/no, open; None: the server's default)."""
     from bench.server import live_server
     from demo.checkpoints import build_demo_checkpoints
 
     demo_dir = Settings().demo_dir()
     build_demo_checkpoints(demo_dir, models, progress=progress)
     quota = {"grounding_policy": guardrail, "grounding_evidence": evidence}
-    env = {} if judge_threshold is None else {"TESSERA_GROUNDING_JUDGE_THRESHOLD": str(judge_threshold)}
+    names = ("TESSERA_GROUNDING_JUDGE_THRESHOLD", "TESSERA_GROUNDING_JUDGE_OPEN_THRESHOLD")
+    env = {name: str(t) for name, t in zip(names, judge_thresholds, strict=True) if t is not None}
     return live_server(demo_dir, [{"name": m} for m in models], progress, env=env, quota=quota)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from config.settings import PoolSettings, Settings
-from grounding.models import checkpoint_judge_threshold
+from grounding.models import checkpoint_judge_thresholds
 from serving.admission import AdmissionController
 from serving.encoders.placement import EncoderPlacement
 from serving.encoders.pools import AudioFeaturePool, VisionEncoderPool, vision_geometry
@@ -147,7 +147,7 @@ async def build_pool(
     from transformers import AutoTokenizer
 
     built.own_tokenizer = await asyncio.to_thread(AutoTokenizer.from_pretrained, checkpoint)
-    built.judge_threshold = checkpoint_judge_threshold(checkpoint)
+    built.judge_thresholds = checkpoint_judge_thresholds(checkpoint)
     if "image" in built.modalities:
         built.geometry = vision_geometry(checkpoint)
         if pool.encoder_pools:

@@ -219,6 +219,7 @@ async def build_state(settings: Settings, checkpoints: CheckpointResolver | None
                 judge_callers(directory, quotas),
                 model=settings.grounding_judge,
                 threshold=settings.grounding_judge_threshold,
+                open_threshold=settings.grounding_judge_open_threshold,
             )
         background = functools.partial(
             run_background_response,

@@ -9,7 +9,7 @@ import pytest
 
 from demo.world import Scene, Shape, png_bytes
 from grounding.judge import judge_request_id
-from grounding.models import checkpoint_judge_threshold
+from grounding.models import checkpoint_judge_thresholds
 from grounding.open_questions import ANSWER_TOKENS
 from tests import media
 from tests.admin import new_tenant
@@ -42,12 +42,13 @@ def test_judge_only_evidence_scores_an_image_answer_and_bills_its_questions(serv
     checked = verdict["checked_claims"]
     assert checked, verdict
     assert {c["evidence"] for c in checked} == {"judge"}
-    threshold = checkpoint_judge_threshold(MODELS_DIR / "large")  # the demo's, which build-demo writes
-    assert threshold is not None
+    thresholds = checkpoint_judge_thresholds(MODELS_DIR / "large")  # the demo's, which build-demo writes
+    assert thresholds is not None
     for c in checked:  # a claim of absence holds on a no
         assert 0.0 <= c["p_yes"] <= 1.0, c
         assert c["support"] == pytest.approx(c["p_yes"] if c["expected"] == "yes" else 1 - c["p_yes"], abs=2e-4), c
-        assert c["supported"] is (c["support"] >= threshold), c
+        assert c["form"] in ("yes_no", "open"), c
+        assert c["supported"] is (c["support"] >= thresholds.of(c["form"])), c
     supported = sum(c["supported"] for c in checked)
     assert verdict["claims"] == len(checked)
     assert verdict["score"] == round(supported / len(checked), 4)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import re
 import signal
 import time
@@ -109,6 +110,26 @@ def test_metrics_report_latency_histograms_and_request_mix(server, client):
     assert _metric(server, "tessera_engine_kv_cache_blocks", model="small") > 0
     completed = _usage_rows(server, "completed")
     assert any(r["request_id"] == resp.id and r["output_tokens"] == resp.usage.completion_tokens for r in completed)
+
+
+def test_an_idle_connection_outlives_the_sdks_keep_alive(server):
+    """The OpenAI SDK (httpx) keeps an idle connection for 5 s and then reuses it. A server that also closes idle
+    connections at 5 s races that reuse, and the client's request fails to read: the server must hold them longer."""
+    conn = http.client.HTTPConnection("127.0.0.1", int(server.base_url.rsplit(":", 1)[1]), timeout=30)
+    try:
+        conn.request("GET", "/health")
+        first = conn.getresponse()
+        first.read()
+        assert first.status == 200
+        sock = conn.sock
+        time.sleep(6.0)  # past the SDK's 5 s (and the HTTP server's own default)
+        conn.request("GET", "/health")
+        second = conn.getresponse()  # RemoteDisconnected if the server closed the idle connection
+        second.read()
+        assert second.status == 200
+        assert conn.sock is sock, "the client had to open a new connection"
+    finally:
+        conn.close()
 
 
 def _engine_processes(server):

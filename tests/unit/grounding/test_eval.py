@@ -189,7 +189,7 @@ def test_run_items_stops_at_the_deadline():
 
 def _launcher(calls: list[list[str]]):
     @contextmanager
-    def launch(models, progress, guardrail="flag", evidence="both", judge_threshold=None):
+    def launch(models, progress, guardrail="flag", evidence="both", judge_thresholds=(None, None)):
         calls.append(models)
         yield StubServer()
 

@@ -13,9 +13,11 @@ from grounding.eval_metrics import ItemResult, gate, summarise
 from tests.unit.grounding.test_eval import result
 
 
-def forced(kind, correct, flagged, scores=None, mix="image", p_yes=()) -> ItemResult:
+def forced(kind, correct, flagged, scores=None, mix="image", p_yes=(), forms=()) -> ItemResult:
     r = result(mix=mix, correct=correct, flagged=flagged)
     checked = [{"claim": f"c{i}", "evidence": "judge", "supported": p >= 0.5, "p_yes": p} for i, p in enumerate(p_yes)]
+    for claim, form in zip(checked, forms, strict=False):
+        claim["form"] = form
     return ItemResult(**{**r.__dict__, "forced": kind, "evidence_scores": scores, "threshold": 0.9, "checked": checked})
 
 
@@ -54,8 +56,28 @@ def test_judge_threshold_is_chosen_for_recall_within_the_false_flag_limit():
     assert calibration["answers"] == 22
     chosen = calibration["chosen"]
     assert chosen["threshold"] == 0.65  # both wrong answers flagged, no right one
+    assert chosen["open_threshold"] == 0.05  # no open claim: the lowest
     assert (chosen["recall"], chosen["false_flag_rate"]) == (1.0, 0.0)
     assert calibrate_judge([forced("right", True, False)]) is None, "no P(yes) given: nothing to calibrate"
+
+
+def test_yes_no_and_open_thresholds_are_chosen_together():
+    """A wrong answer caught on its yes/no claim (P(yes) 0.6) needs a yes/no threshold above 0.6, which a right
+    answer's open claim (0.4) would not clear: one threshold for both forms catches only one of the two wrong
+    answers without flagging every right one."""
+    forms = ("yes_no", "open")
+    answers = [
+        forced("wrong", False, True, p_yes=(0.6, 0.9), forms=forms),
+        forced("wrong", False, True, p_yes=(0.9, 0.2), forms=forms),
+        *[forced("right", True, False, p_yes=(0.95, 0.4), forms=forms) for _ in range(20)],
+    ]
+    calibration = calibrate_judge(answers)
+    assert calibration is not None
+    chosen = calibration["chosen"]
+    assert (chosen["threshold"], chosen["open_threshold"]) == (0.65, 0.25)
+    assert (chosen["recall"], chosen["false_flag_rate"]) == (1.0, 0.0)
+    one = [r for r in calibration["one"] if r["false_flag_rate"] <= 0.05]
+    assert max(r["recall"] for r in one) == 0.5
 
 
 def test_forced_run_sends_each_items_right_and_wrong_answer():

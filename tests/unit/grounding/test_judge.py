@@ -11,8 +11,17 @@ import pytest
 from demo.grounded_weights import write_judge_calibration
 from grounding.checkable import CheckableClaim
 from grounding.guardrail import Verdict
-from grounding.judge import Judge, JudgedClaim, judge_messages, judge_request_id, question_for, yes_probability
-from grounding.models import JUDGE_FILE, checkpoint_judge_threshold
+from grounding.judge import (
+    Judge,
+    JudgedClaim,
+    _best_medium,
+    judge_messages,
+    judge_request_id,
+    question_for,
+    yes_probability,
+)
+from grounding.models import JUDGE_FILE, JudgeThresholds, checkpoint_judge_thresholds
+from grounding.open_questions import OpenQuestion
 from grounding.scorer import GroundingResult, combine, each_evidence
 from serving.engines.base import TokenLogprob
 
@@ -143,32 +152,66 @@ def test_a_claim_of_absence_is_supported_by_a_no():
 
 @dataclass
 class _Pool:
-    judge_threshold: float | None = None
+    judge_thresholds: JudgeThresholds | None = None
 
 
-def test_the_threshold_is_the_setting_else_the_checkpoints_calibrated_one_else_a_half():
-    assert Judge(None, None, threshold=0.3).threshold_for(_Pool(0.2)) == 0.3
-    assert Judge(None, None).threshold_for(_Pool(0.2)) == 0.2
-    assert Judge(None, None).threshold_for(_Pool()) == 0.5
+def test_the_thresholds_are_the_settings_else_the_checkpoints_calibrated_ones_else_a_half():
+    calibrated = _Pool(JudgeThresholds(0.2, 0.4))
+    assert Judge(None, None).thresholds_for(calibrated) == JudgeThresholds(0.2, 0.4)
+    assert Judge(None, None).thresholds_for(_Pool()) == JudgeThresholds(0.5, 0.5)
+    assert Judge(None, None, threshold=0.3).thresholds_for(calibrated) == JudgeThresholds(0.3, 0.3), "one for both"
+    assert Judge(None, None, open_threshold=0.1).thresholds_for(calibrated) == JudgeThresholds(0.2, 0.1)
+    assert Judge(None, None, threshold=0.3, open_threshold=0.1).thresholds_for(_Pool()) == JudgeThresholds(0.3, 0.1)
 
 
-def test_a_checkpoint_carries_its_calibrated_threshold_and_a_bad_file_is_refused(tmp_path):
-    assert checkpoint_judge_threshold(tmp_path) is None
+def test_a_claim_is_read_against_its_own_form_of_questions_threshold():
+    thresholds = JudgeThresholds(yes_no=0.8, open=0.2)
+    is_there = ("image", "Is there a square in the image?", None)
+    where = OpenQuestion("Where is the square in the image?", "place", ("top",))
+    # in the image: there (0.9) and at the top (0.3): 0.27, an open claim over its 0.2
+    assert _best_medium([(*is_there, 0.9), ("image", where.text, where, 0.3)], False, thresholds) == (
+        pytest.approx(0.27),
+        "open",
+    )
+    # heard at 0.7 (under yes/no's 0.8), seen at 0.27 (over open's 0.2): the image speaks for it
+    heard = ("audio", "Does the speaker mention a square?", None, 0.7)
+    best, form = _best_medium([heard, (*is_there, 0.9), ("image", where.text, where, 0.3)], False, thresholds)
+    assert (best, form) == (pytest.approx(0.27), "open")
+    # a claim of absence: the highest P(yes) over media, yes/no
+    assert _best_medium([heard, (*is_there, 0.9)], True, thresholds) == (0.9, "yes_no")
+    assert _best_medium([(*is_there, None)], False, thresholds) == (None, "yes_no")
+    verdict = JudgedClaim("The square is at the top.", (where.text,), 0.27, True, form="open")
+    assert verdict.wire()["form"] == "open"
+
+
+def test_a_checkpoint_carries_its_calibrated_thresholds_and_a_bad_file_is_refused(tmp_path):
+    assert checkpoint_judge_thresholds(tmp_path) is None
     (tmp_path / "grounding").mkdir()
     path = tmp_path / JUDGE_FILE
     path.write_text(json.dumps({"threshold": 0.25, "recall": 0.5}))
-    assert checkpoint_judge_threshold(tmp_path) == 0.25
-    for bad in ('{"threshold": 1.0}', '{"threshold": true}', '{"margin": 0.2}', "not json"):
+    assert checkpoint_judge_thresholds(tmp_path) == JudgeThresholds(0.25, 0.25), "no open threshold: the same"
+    path.write_text(json.dumps({"threshold": 0.25, "open_threshold": 0.1}))
+    assert checkpoint_judge_thresholds(tmp_path) == JudgeThresholds(0.25, 0.1)
+    bad_files = (
+        '{"threshold": 1.0}',
+        '{"threshold": true}',
+        '{"margin": 0.2}',
+        "not json",
+        "[0.2]",
+        '{"threshold": 0.2, "open_threshold": 0}',
+    )
+    for bad in bad_files:
         path.write_text(bad)
         with pytest.raises(ValueError, match=r"judge\.json"):
-            checkpoint_judge_threshold(tmp_path)
+            checkpoint_judge_thresholds(tmp_path)
 
 
 def test_build_writes_the_manifests_judge_calibration_beside_the_checkpoint(tmp_path):
     weights, manifest = tmp_path / "large-grounding.safetensors", tmp_path / "large-grounding.json"
-    manifest.write_text(json.dumps({"config": {}, "judge_calibration": {"threshold": 0.2, "set": "calibration"}}))
+    calibration = {"threshold": 0.2, "open_threshold": 0.3, "set": "calibration"}
+    manifest.write_text(json.dumps({"config": {}, "judge_calibration": calibration}))
     write_judge_calibration(weights, tmp_path / "ckpt" / JUDGE_FILE)
-    assert checkpoint_judge_threshold(tmp_path / "ckpt") == 0.2
+    assert checkpoint_judge_thresholds(tmp_path / "ckpt") == JudgeThresholds(0.2, 0.3)
     manifest.write_text(json.dumps({"config": {}}))
     write_judge_calibration(weights, tmp_path / "other" / JUDGE_FILE)
-    assert checkpoint_judge_threshold(tmp_path / "other") is None
+    assert checkpoint_judge_thresholds(tmp_path / "other") is None
