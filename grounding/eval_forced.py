@@ -106,7 +106,8 @@ def calibrate_judge(results: Sequence[ItemResult], false_flag_max: float = 0.05)
     """The judge's thresholds, yes/no and open (every pair of JUDGE_THRESHOLDS), that flag the most wrong answers
     while flagging at most `false_flag_max` of the right ones (the fewest false flags when no pair does), from
     answers whose verdicts carried the judge's support; None without any. Ties go to the fewer false flags, then
-    to the lower thresholds."""
+    to the middle of the tied pairs (`_middle`): where a range of thresholds does equally well on the split, its
+    middle is the choice least likely to have been fitted to the split's own answers."""
     scored = [r for r in results if r.threshold is not None and _judge_score(r, 0.5, 0.5) is not None]
     if not scored:
         return None
@@ -122,11 +123,20 @@ def calibrate_judge(results: Sequence[ItemResult], false_flag_max: float = 0.05)
             rows.append({"threshold": t, "open_threshold": t_open, **flag_figures(flags)})
     within = [r for r in rows if r["false_flag_rate"] is not None and r["false_flag_rate"] <= false_flag_max]
     if within:
-        best = max(
-            within,
-            key=lambda r: (r["recall"] or 0.0, -r["false_flag_rate"], -r["threshold"], -r["open_threshold"]),
-        )
+        top = max((r["recall"] or 0.0, -r["false_flag_rate"]) for r in within)
+        tied = [r for r in within if (r["recall"] or 0.0, -r["false_flag_rate"]) == top]
     else:
-        best = min(rows, key=lambda r: (r["false_flag_rate"] or 0.0, -(r["recall"] or 0.0)))
+        top = min(((r["false_flag_rate"] or 0.0), -(r["recall"] or 0.0)) for r in rows)
+        tied = [r for r in rows if ((r["false_flag_rate"] or 0.0), -(r["recall"] or 0.0)) == top]
+    best = _middle(tied)
     one = [r for r in rows if r["threshold"] == r["open_threshold"]]  # one threshold for both forms, for comparison
     return {"answers": len(scored), "false_flag_max": false_flag_max, "chosen": best, "swept": rows, "one": one}
+
+
+def _middle(tied: list[dict[str, Any]]) -> dict[str, Any]:
+    """The middle of equally good (threshold, open threshold) pairs: the median yes/no threshold among them (the
+    lower of two middles), then the median open threshold among the pairs with that one."""
+    yes_no = sorted({r["threshold"] for r in tied})
+    chosen = yes_no[(len(yes_no) - 1) // 2]
+    rows = sorted((r for r in tied if r["threshold"] == chosen), key=lambda r: r["open_threshold"])
+    return rows[(len(rows) - 1) // 2]

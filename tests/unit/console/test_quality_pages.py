@@ -164,6 +164,20 @@ def test_a_flagged_answer_is_marked_in_words_on_the_log_the_receipt_and_the_brea
     assert "breakdown flagged" not in passed
 
 
+def test_a_receipt_names_what_each_judged_claims_probability_is_of(db, acme, tenant):
+    """A yes/no question's support is P(yes); an open question's is the probability of the value the answer said."""
+    checked = [
+        {"claim": "a square", "evidence": "judge", "supported": True, "p_yes": 0.9, "expected": "yes", "form": "yes_no"},
+        {"claim": "the square is red", "evidence": "judge", "supported": False, "p_yes": 0.04, "form": "open"},
+        {"claim": "one shape", "evidence": "label_head", "supported": True},
+    ]
+    _add(db, _row("req-judged", acme, grounding_score=0.67, grounding_passed=False, grounding_checked=checked))
+    table = _text(tenant.get("/console/requests/req-judged").text)
+    assert "a square judge (P(yes) 0.90)" in table
+    assert "the square is red judge (P(the value said) 0.04)" in table
+    assert "one shape label_head yes" in table
+
+
 def test_usage_shows_passed_share_and_regeneration_rate_per_mix(db, acme, tenant):
     now = datetime.now(UTC).replace(microsecond=0)
     _add(

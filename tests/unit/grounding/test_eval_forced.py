@@ -56,7 +56,7 @@ def test_judge_threshold_is_chosen_for_recall_within_the_false_flag_limit():
     assert calibration["answers"] == 22
     chosen = calibration["chosen"]
     assert chosen["threshold"] == 0.65  # both wrong answers flagged, no right one
-    assert chosen["open_threshold"] == 0.05  # no open claim: the lowest
+    assert chosen["open_threshold"] == 0.5  # no open claim: every one does as well, and the middle is chosen
     assert (chosen["recall"], chosen["false_flag_rate"]) == (1.0, 0.0)
     assert calibrate_judge([forced("right", True, False)]) is None, "no P(yes) given: nothing to calibrate"
 
@@ -74,7 +74,8 @@ def test_yes_no_and_open_thresholds_are_chosen_together():
     calibration = calibrate_judge(answers)
     assert calibration is not None
     chosen = calibration["chosen"]
-    assert (chosen["threshold"], chosen["open_threshold"]) == (0.65, 0.25)
+    # yes/no 0.65 to 0.95 and open 0.25 to 0.4 all do: the middle of each
+    assert (chosen["threshold"], chosen["open_threshold"]) == (0.8, 0.3)
     assert (chosen["recall"], chosen["false_flag_rate"]) == (1.0, 0.0)
     one = [r for r in calibration["one"] if r["false_flag_rate"] <= 0.05]
     assert max(r["recall"] for r in one) == 0.5
