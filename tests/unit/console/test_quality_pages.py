@@ -167,7 +167,7 @@ def test_a_flagged_answer_is_marked_in_words_on_the_log_the_receipt_and_the_brea
 def test_a_receipt_names_what_each_judged_claims_probability_is_of(db, acme, tenant):
     """A yes/no question's support is P(yes); an open question's is the probability of the value the answer said."""
     checked = [
-        {"claim": "a square", "evidence": "judge", "supported": True, "p_yes": 0.9, "expected": "yes", "form": "yes_no"},
+        {"claim": "a square", "evidence": "judge", "supported": True, "p_yes": 0.9, "form": "yes_no"},
         {"claim": "the square is red", "evidence": "judge", "supported": False, "p_yes": 0.04, "form": "open"},
         {"claim": "one shape", "evidence": "label_head", "supported": True},
     ]
