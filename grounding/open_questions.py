@@ -1,5 +1,5 @@
-"""Open questions for the judge: a count, a colour or a place in an image is checked by asking for it, not by a
-yes/no about it.
+"""Open questions for the judge: a count, a colour or a place in an image, and a day, an hour, a count or a colour
+heard in a clip, are checked by asking for them, not by a yes/no about them.
 
 A yes/no question names the value it asks about ("Are there three shapes in the image?", "In the image, is the
 triangle blue?"), and a model tends to agree with whatever count, colour or place it is offered, or to doubt a
@@ -13,6 +13,12 @@ two place words. An answer that names no value gives no judgement.
 A claim of a colour or a place also asserts the thing ("a red square at the top left"): the judge asks whether the
 thing is there (yes/no, without its colour and place: "Is there a square in the image?") and each open question,
 and the claim's support is their product.
+
+Heard, a claim names what the speaker said: "What day does the speaker mention?" (a weekday), "What time does the
+speaker mention?" (the hour's number), "How many cups does the speaker mention?", "What colour does the speaker
+mention?" (a colour of the speaker or the clip: "the speaker's favourite colour is yellow"). Asked "Does the
+speaker mention Friday?" about a clip that says Saturday, a model tends to agree; asked openly, it names the day
+it heard. The open question alone checks such a claim.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from grounding.checkable_claim import PLACE_WORDS, CheckableClaim, Medium, plural, words_of
-from grounding.claims import COLOUR_NAMES, COLOUR_WORDS, NUMBER_WORDS
+from grounding.claims import COLOUR_NAMES, COLOUR_WORDS, NUMBER_WORDS, WEEKDAYS
 from serving.engines.base import TokenLogprob
 
 ANSWER_TOKENS = 16  # room for "In the image, there are three red circles." and the like
@@ -33,14 +39,19 @@ class OpenQuestion:
     """A question whose answer names a value of one slot, and the value the claim states."""
 
     text: str
-    slot: str  # "count" | "colour" | "place"
-    claimed: tuple[str, ...]  # the claimed value: a number, a colour, or one or two canonical place words
+    slot: str  # "count" | "colour" | "place" | "day" | "hour"
+    claimed: tuple[str, ...]  # the claimed value: a number, a colour, a weekday, or one or two canonical place words
 
 
 def open_questions(claim: CheckableClaim, medium: Medium) -> list[OpenQuestion]:
-    """The open questions that check the claim's count, colour or place in an image; none for any other claim (a
-    claim of absence, a fact heard, a place on no list such as "by the window")."""
-    if medium != "image" or claim.negated or claim.kind not in ("object", "attribute"):
+    """The open questions that check the claim's count, colour or place in an image, or the day, hour, count or
+    colour it says was heard; none for any other claim (a claim of absence, a name, a place on no list such as "by
+    the window")."""
+    if claim.negated:
+        return []
+    if medium == "audio":
+        return _heard(claim)
+    if claim.kind not in ("object", "attribute"):
         return []
     colours = [COLOUR_NAMES.get(a, a) for a in claim.attributes if a in COLOUR_WORDS]
     rest = [a for a in claim.attributes if a not in COLOUR_WORDS]
@@ -57,6 +68,22 @@ def open_questions(claim: CheckableClaim, medium: Medium) -> list[OpenQuestion]:
     if places:
         out.append(OpenQuestion(f"Where {'are' if many else 'is'} the {described} in the image?", "place", places))
     return out
+
+
+def _heard(claim: CheckableClaim) -> list[OpenQuestion]:
+    """The open question that checks a fact heard: a weekday, an hour, a count of things, a colour of the speaker's."""
+    if claim.kind == "date" and claim.subject.capitalize() in WEEKDAYS:
+        return [OpenQuestion("What day does the speaker mention?", "day", (claim.subject.lower(),))]
+    if claim.kind == "time":
+        hour = _value(claim.subject.split()[0].split(":")[0], "hour")
+        return [OpenQuestion("What time does the speaker mention?", "hour", (hour,))] if hour else []
+    if claim.kind == "object" and claim.count is not None:
+        described = plural(" ".join((*claim.attributes, claim.subject)))
+        return [OpenQuestion(f"How many {described} does the speaker mention?", "count", (_number(claim.count),))]
+    colours = [COLOUR_NAMES.get(a, a) for a in claim.attributes if a in COLOUR_WORDS]
+    if claim.kind == "attribute" and len(colours) == 1 and claim.media() == ("audio",):
+        return [OpenQuestion("What colour does the speaker mention?", "colour", (colours[0],))]
+    return []
 
 
 def thing_of(claim: CheckableClaim) -> CheckableClaim:
@@ -90,7 +117,7 @@ def value_support(tokens: Sequence[TokenLogprob], question: OpenQuestion) -> flo
             if v is not None:
                 mass[v] = mass.get(v, 0.0) + math.exp(logprob)
         support *= mass.get(wanted.pop(0), 0.0) / sum(mass.values())
-        if not wanted or question.slot == "count":
+        if not wanted or question.slot != "place":
             return support
     return None if len(wanted) == len(question.claimed) else support
 
@@ -101,6 +128,8 @@ def _value(token: str, slot: str) -> str | None:
         return PLACE_WORDS.get(word)
     if slot == "colour":
         return COLOUR_NAMES.get(word, word) if word in COLOUR_WORDS else None
+    if slot == "day":
+        return word if word.capitalize() in WEEKDAYS else None
     if word.isdigit():
         return _number(int(word))
     return word if word in NUMBER_WORDS else None

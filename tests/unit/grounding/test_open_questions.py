@@ -57,7 +57,57 @@ def test_a_colour_or_place_also_asks_whether_the_thing_is_there():
         "Is there a triangle in the image? Answer yes or no.",
         "What colour is the triangle in the image?",
     )
-    assert open_questions(_claim("There are three shapes."), "audio") == []  # a clip is asked yes or no
+
+
+@pytest.mark.parametrize(
+    ("answer", "asked"),
+    [
+        (
+            "The meeting is on Saturday at twelve o'clock.",
+            [
+                ("What time does the speaker mention?", "hour", ("twelve",)),
+                ("What day does the speaker mention?", "day", ("saturday",)),
+            ],
+        ),
+        ("The meeting is at 5:30.", [("What time does the speaker mention?", "hour", ("five",))]),
+        (
+            "There are seventeen cups on the table.",
+            [("How many cups does the speaker mention?", "count", ("seventeen",))],
+        ),
+        (
+            "The speaker's favourite colour is yellow.",
+            [("What colour does the speaker mention?", "colour", ("yellow",))],
+        ),
+        ('The speaker says: "Please call Linda."', []),  # a name has no list of values to read among
+        ("The meeting is on March 3rd.", []),
+        ("There is no dog.", []),
+    ],
+)
+def test_days_hours_counts_and_colours_heard_are_asked_openly_and_alone(answer, asked):
+    claims = [c for c in checkable_claims(answer) if "audio" in c.media()]
+    got = [(q.text, q.slot, q.claimed) for c in claims for q in open_questions(c, "audio")]
+    assert got == asked
+    for claim in claims:
+        questions = questions_for(claim, "audio", whole=False)
+        if open_questions(claim, "audio"):  # the open question alone: no yes/no about the clip beside it
+            assert [o for _, o in questions] == open_questions(claim, "audio")
+        else:
+            assert [o for _, o in questions] == [None]
+
+
+def test_the_day_and_the_hour_heard_are_read_where_the_answer_names_them():
+    day = [
+        _token("The"),
+        _token(" meeting"),
+        _token(" is"),
+        _token(" on"),
+        _token(" Saturday", Saturday=0.7, Friday=0.2, the=0.1),
+    ]
+    assert value_support(day, OpenQuestion("", "day", ("saturday",))) == pytest.approx(0.7 / 0.9)
+    assert value_support(day, OpenQuestion("", "day", ("friday",))) == pytest.approx(0.2 / 0.9)
+    hour = [*day, _token(" at"), _token(" five", five=0.9, four=0.1), _token(" o"), _token("'clock")]
+    assert value_support(hour, OpenQuestion("", "hour", ("four",))) == pytest.approx(0.1)
+    assert value_support(day[:3], OpenQuestion("", "day", ("saturday",))) is None  # it named no day
 
 
 def _token(token: str, **top: float) -> TokenLogprob:
