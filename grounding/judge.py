@@ -260,12 +260,16 @@ class Judge:
 
 
 def questions_for(claim: CheckableClaim, medium: Medium, whole: bool) -> list[tuple[str, OpenQuestion | None]]:
-    """The questions that check a claim in one medium: its yes/no question; for a count, or a fact heard, the open
-    question alone (grounding.open_questions); for a colour or a place in an image, whether the thing is there
-    (without its colour and place) and the open question for each."""
+    """The questions that check a claim in one medium: its yes/no question; for a count in an image, or a day, an
+    hour or a colour heard, the open question alone (grounding.open_questions); for a count heard, and for a colour
+    or a place in an image, whether the thing is there (without its count, colour and place) and the open question
+    for each."""
     asked = [] if whole else open_questions(claim, medium)
     if not asked:
         return [(question_for(claim, medium, whole), None)]
+    if asked[0].slot == "count" and medium == "audio":  # the number heard, and of these things, not others
+        mentioned = dataclasses.replace(thing_of(claim), count=None)
+        return [(question_for(mentioned, medium, whole), None), (asked[0].text, asked[0])]
     if medium == "audio" or asked[0].slot == "count":
         return [(a.text, a) for a in asked]
     return [(question_for(thing_of(claim), medium, whole), None), *((a.text, a) for a in asked)]

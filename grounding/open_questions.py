@@ -18,7 +18,9 @@ Heard, a claim names what the speaker said: "What day does the speaker mention?"
 speaker mention?" (the hour's number), "How many cups does the speaker mention?", "What colour does the speaker
 mention?" (a colour of the speaker or the clip: "the speaker's favourite colour is yellow"). Asked "Does the
 speaker mention Friday?" about a clip that says Saturday, a model tends to agree; asked openly, it names the day
-it heard. The open question alone checks such a claim.
+it heard. The open question alone checks such a claim; a count heard also asks whether the things are mentioned
+at all ("Is there a cup in the audio clip?"), since "How many books does the speaker mention?" of a clip that counts
+cups is answered with the cups' number.
 """
 
 from __future__ import annotations

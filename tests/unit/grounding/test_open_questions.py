@@ -89,7 +89,12 @@ def test_days_hours_counts_and_colours_heard_are_asked_openly_and_alone(answer, 
     assert got == asked
     for claim in claims:
         questions = questions_for(claim, "audio", whole=False)
-        if open_questions(claim, "audio"):  # the open question alone: no yes/no about the clip beside it
+        if claim.count is not None:  # a count heard: whether the things are mentioned at all, and how many
+            assert [q for q, _ in questions] == [
+                "Is there a cup in the audio clip? Answer yes or no.",
+                "How many cups does the speaker mention?",
+            ]
+        elif open_questions(claim, "audio"):  # the open question alone: no yes/no about the clip beside it
             assert [o for _, o in questions] == open_questions(claim, "audio")
         else:
             assert [o for _, o in questions] == [None]
