@@ -7,7 +7,8 @@ question. The claim's support is the judge's probability of "yes" against "no" a
 logprobs); it is supported at the yes/no threshold or above. A count, a colour or a place in an image is asked
 openly instead ("How many shapes are there in the image?", "What colour is the square in the image?", "Where is the
 red square in the image?"; grounding.open_questions), since a model tends to agree with any value it is offered;
-the claimed value's probability is read against an open threshold of its own (the two forms are calibrated apart,
+so are a day, an hour, a count or a colour heard ("What day does the speaker mention?"). The claimed value's
+probability is read against an open threshold of its own (the two forms are calibrated apart,
 grounding.models.JudgeThresholds). A claim both media can speak to is supported if either does.
 An answer with no checkable claim is asked about whole ("Is the following statement supported by the image: ...").
 
