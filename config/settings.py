@@ -279,8 +279,9 @@ class Settings(BaseSettings):
         default=None,
         gt=0.0,
         lt=1.0,
-        description="The probability of a claimed count, colour or place, read from the judge's answer to an open "
-        "question, at or above which the claim is supported; calibrated with the yes/no threshold. Unset: "
+        description="The probability of the value a claim states (a count, colour or place seen; a day, hour, "
+        "count or colour heard), read from the judge's answer to an open question, at or above which the claim "
+        "is supported; calibrated with the yes/no threshold. Unset: "
         "`grounding_judge_threshold` if that is set, else the judge pool checkpoint's calibrated open threshold, "
         "else 0.5.",
     )

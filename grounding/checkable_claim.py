@@ -61,10 +61,15 @@ class CheckableClaim:
         speaker's favourite colour is about "purple"), as a label head or a transcript would key the same fact."""
         heard = self.media() == ("audio",)
         about = [self.subject.lower(), *(a.lower() for a in self.attributes if heard)]
-        if self.kind == "time":  # "one o'clock", "3 pm": a transcript's check of the hour is of its number
-            hour = self.subject.split()[0].split(":")[0].lower()
+        hour = self.hour()
+        if hour is not None:  # "one o'clock", "3 pm": a transcript's check of the hour is of its number
             about += [str(NUMBER_WORDS.index(hour))] if hour in NUMBER_WORDS else [hour] if hour.isdigit() else []
         return tuple(dict.fromkeys(about))
+
+    def hour(self) -> str | None:
+        """A time's hour as it is written, in lower case ("one o'clock" -> "one", "3:30 pm" -> "3"); None for any
+        other claim."""
+        return self.subject.split()[0].split(":")[0].lower() if self.kind == "time" else None
 
     def media(self) -> tuple[Medium, ...]:
         """The media that can speak to it: things and their looks are seen, names, dates, times and numbers heard;

@@ -84,7 +84,8 @@ def add_eval_parser(subparsers: Any) -> Any:
         "--judge-open-threshold",
         type=float,
         help="The embedded server's TESSERA_GROUNDING_JUDGE_OPEN_THRESHOLD: the claimed value's probability in the "
-        "judge's answer to an open question (a count, colour or place) at which the claim holds.",
+        "judge's answer to an open question (a count, colour or place seen; a day, hour, count or colour heard) at "
+        "which the claim holds.",
     )
     g.add_argument(
         "--calibrate-judge",

@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from grounding.eval_metrics import EVIDENCE, ItemResult, evidence_flags, flag_figures
+from grounding.models import JudgeThresholds
 
 JUDGE_THRESHOLDS = tuple(round(0.05 * k, 2) for k in range(1, 20))  # the judge's thresholds tried, for each form
 
@@ -88,10 +89,10 @@ def forced_figures(results: Sequence[ItemResult]) -> dict[str, Any]:
     return {"sent": len(results), "usable": len(usable), "overall": _figures(usable), "by_mix": by_mix}
 
 
-def _judge_score(result: ItemResult, threshold: float, open_threshold: float) -> float | None:
-    """The answer's judge-only score had the judge held claims supported at `threshold` (a yes/no question's P(yes),
-    or P(no) for a claim that a thing is absent) and at `open_threshold` (an open question's probability of the
-    claimed value)."""
+def _judge_score(result: ItemResult, thresholds: JudgeThresholds) -> float | None:
+    """The answer's judge-only score had the judge held each claim supported at its form's threshold (a yes/no
+    question's P(yes), or P(no) for a claim that a thing is absent; an open question's probability of the claimed
+    value)."""
     judged = [
         (c.get("support", c["p_yes"]), c.get("form", "yes_no"))
         for c in result.checked or ()
@@ -99,7 +100,7 @@ def _judge_score(result: ItemResult, threshold: float, open_threshold: float) ->
     ]
     if not judged:
         return None
-    return sum(v >= (open_threshold if form == "open" else threshold) for v, form in judged) / len(judged)
+    return sum(v >= thresholds.of(form) for v, form in judged) / len(judged)
 
 
 def calibrate_judge(results: Sequence[ItemResult], false_flag_max: float = 0.05) -> dict[str, Any] | None:
@@ -108,7 +109,7 @@ def calibrate_judge(results: Sequence[ItemResult], false_flag_max: float = 0.05)
     answers whose verdicts carried the judge's support; None without any. Ties go to the fewer false flags, then
     to the middle of the tied pairs (`_middle`): where a range of thresholds does equally well on the split, its
     middle is the choice least likely to have been fitted to the split's own answers."""
-    scored = [r for r in results if r.threshold is not None and _judge_score(r, 0.5, 0.5) is not None]
+    scored = [r for r in results if r.threshold is not None and _judge_score(r, JudgeThresholds(0.5, 0.5)) is not None]
     if not scored:
         return None
     rows = []
@@ -116,7 +117,7 @@ def calibrate_judge(results: Sequence[ItemResult], false_flag_max: float = 0.05)
         for t_open in JUDGE_THRESHOLDS:
             flags = []
             for r in scored:
-                score = _judge_score(r, t, t_open)
+                score = _judge_score(r, JudgeThresholds(t, t_open))
                 assert score is not None
                 assert r.threshold is not None
                 flags.append((score < r.threshold, r.correct))

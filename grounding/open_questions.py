@@ -55,7 +55,7 @@ def open_questions(claim: CheckableClaim, medium: Medium) -> list[OpenQuestion]:
         return _heard(claim)
     if claim.kind not in ("object", "attribute"):
         return []
-    colours = [COLOUR_NAMES.get(a, a) for a in claim.attributes if a in COLOUR_WORDS]
+    colours = _colours(claim)
     rest = [a for a in claim.attributes if a not in COLOUR_WORDS]
     described = " ".join((*claim.attributes, claim.subject)) if claim.kind == "object" else claim.subject
     if claim.kind == "object" and claim.count is not None:
@@ -77,15 +77,20 @@ def _heard(claim: CheckableClaim) -> list[OpenQuestion]:
     if claim.kind == "date" and claim.subject.capitalize() in WEEKDAYS:
         return [OpenQuestion("What day does the speaker mention?", "day", (claim.subject.lower(),))]
     if claim.kind == "time":
-        hour = _value(claim.subject.split()[0].split(":")[0], "hour")
+        hour = _value(claim.hour() or "", "hour")
         return [OpenQuestion("What time does the speaker mention?", "hour", (hour,))] if hour else []
     if claim.kind == "object" and claim.count is not None:
         described = plural(" ".join((*claim.attributes, claim.subject)))
         return [OpenQuestion(f"How many {described} does the speaker mention?", "count", (_number(claim.count),))]
-    colours = [COLOUR_NAMES.get(a, a) for a in claim.attributes if a in COLOUR_WORDS]
+    colours = _colours(claim)
     if claim.kind == "attribute" and len(colours) == 1 and claim.media() == ("audio",):
         return [OpenQuestion("What colour does the speaker mention?", "colour", (colours[0],))]
     return []
+
+
+def _colours(claim: CheckableClaim) -> list[str]:
+    """The colours among the claim's attributes, each by its canonical name."""
+    return [COLOUR_NAMES.get(a, a) for a in claim.attributes if a in COLOUR_WORDS]
 
 
 def thing_of(claim: CheckableClaim) -> CheckableClaim:
