@@ -27,9 +27,9 @@ def microbatch(checkpoint: Path, progress: Progress, burst: int = 32) -> dict[st
     from serving.encoders.pools import VisionEncoderPool
 
     images = [pil_image(s) for s in range(1000, 1000 + burst)]
-    batched = VisionEncoderPool(checkpoint, window_ms=12, max_batch=48)
+    batched = VisionEncoderPool.for_checkpoint(checkpoint, window_ms=12, max_batch=48)
     batched.load()
-    single = VisionEncoderPool(checkpoint, window_ms=0, max_batch=1)
+    single = VisionEncoderPool.for_checkpoint(checkpoint, window_ms=0, max_batch=1)
     single.load()
     batched.encode_batch(images[:2])  # warm both
     single.encode_batch(images[:1])
@@ -69,7 +69,7 @@ def cache_workload(checkpoint: Path, progress: Progress, requests: int = 60, rep
 
     seeds = _workload(requests, repeat)
     images = [LoadedImage(pil_image(s), f"{s:064d}") for s in seeds]
-    pool = VisionEncoderPool(checkpoint, window_ms=0, max_batch=1)
+    pool = VisionEncoderPool.for_checkpoint(checkpoint, window_ms=0, max_batch=1)
     pool.load()
     pool.encode_batch([images[0].image])
     hits = 0

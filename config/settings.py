@@ -42,9 +42,12 @@ class PoolSettings(BaseModel):
     enforce_eager: bool = Field(default=True, description="Skip graph compilation: much faster start-up on CPU.")
     cpu_threads: int = Field(default=1, description="Compute threads of this pool's engine process on CPU.")
     max_num_seqs: int = Field(default=32, description="Most sequences the engine batches at once.")
-    encoder_pools: bool = Field(
-        default=True,
-        description="Encode media in Tessera's pools (micro-batched, cached); off: the engine's own encoders.",
+    encoder_pools: Literal["auto"] | bool = Field(
+        default="auto",
+        description="Where media are encoded. `auto`: in Tessera's pools (micro-batched, with the embedding cache) "
+        "where the gateway has an adapter for the checkpoint's architecture (`tessera models inspect PATH` says), "
+        "else by the engine; `true`: in Tessera's pools, and a checkpoint without an adapter is refused at start-up; "
+        "`false`: by the engine's own encoders.",
     )
     admission: bool = Field(default=True, description="Admit requests by KV blocks before they reach the engine.")
     kv_headroom_fraction: float = Field(default=0.1, description="KV blocks held back for decode headroom.")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from serving.encoders.cache import CacheScope
-from serving.encoders.pools import audio_tokens_for
+from serving.encoders.counting import AUDIO_SAMPLE_RATE
 from serving.errors import EngineUnavailable
 from serving.ingest import MediaIngest, MessageLike, MessagePlan, ProbedMedia, plan_messages
 from serving.pools import ModelPool, PoolRegistry
@@ -61,9 +61,11 @@ class Pipeline:
         self.pools.require_kind(model, "chat")
         return self._route(RouteRequest(model, plan.modalities, 0, ""))
 
-    def auto_pool(self, plan: MessagePlan, prompt: RenderedPrompt, probed: list[ProbedMedia]) -> tuple[ModelPool, str]:
+    async def auto_pool(
+        self, plan: MessagePlan, prompt: RenderedPrompt, probed: list[ProbedMedia]
+    ) -> tuple[ModelPool, str]:
         """`auto`: weigh modalities, size, text and headroom."""
-        estimate = self.estimate(prompt, probed, self.first_pool())
+        estimate = await self.estimate(prompt, probed, self.first_pool())
         return self._route(RouteRequest(AUTO, plan.modalities, estimate, " ".join(plan.user_texts())))
 
     def _route(self, request: RouteRequest) -> tuple[ModelPool, str]:
@@ -85,21 +87,24 @@ class Pipeline:
         return await asyncio.to_thread(_render, pool, plan, tools)
 
     @staticmethod
-    def estimate(prompt: RenderedPrompt, probed: list[ProbedMedia], pool: ModelPool | None = None) -> int:
+    async def estimate(prompt: RenderedPrompt, probed: list[ProbedMedia], pool: ModelPool | None = None) -> int:
         """Fused prompt tokens from the template and the media headers, before any media is decoded."""
-        return sum(Pipeline.estimate_parts(prompt, probed, pool).values())
+        return sum((await Pipeline.estimate_parts(prompt, probed, pool)).values())
 
     @staticmethod
-    def estimate_parts(
+    async def estimate_parts(
         prompt: RenderedPrompt, probed: list[ProbedMedia], pool: ModelPool | None = None
     ) -> dict[str, int]:
-        """The estimate by modality: text (the template, less one placeholder per medium), image, audio."""
+        """The estimate by modality: text (the template, less one placeholder per medium), image and audio, each
+        medium counted by the pool's engine's own processor at its probed size."""
         parts = {"text": prompt.template_tokens - len(probed), "image": 0, "audio": 0}
+        if pool is None:
+            return parts
         for p in probed:
             if p.item.kind == "image":
-                parts["image"] += pool.geometry.tokens_for(p.width, p.height) if pool and pool.geometry else 0
+                parts["image"] += await pool.media_tokens("image", (p.width, p.height))
             else:
-                parts["audio"] += audio_tokens_for(p.seconds)
+                parts["audio"] += await pool.media_tokens("audio", (round(p.seconds * AUDIO_SAMPLE_RATE),))
         return parts
 
     def cache_salt(

@@ -10,7 +10,9 @@ from functools import cached_property
 from typing import Any
 
 from serving.admission import AdmissionController
-from serving.encoders.pools import AudioFeaturePool, VisionEncoderPool, VisionGeometry
+from serving.encoders.counting import MediaTokenCounter
+from serving.encoders.families import FamilyAdapter
+from serving.encoders.pools import AudioFeaturePool, VisionEncoderPool
 from serving.engines.base import EngineClient
 from serving.errors import RequestShapeError
 
@@ -61,7 +63,9 @@ class ModelPool:
     # it on the event loop would block every request while the engine is busy.
     own_tokenizer: Any = None
 
-    geometry: VisionGeometry | None = None
+    architecture: str = ""  # the checkpoint's `architectures[0]`
+    family: FamilyAdapter | None = None  # the adapter the gateway encodes with; None: the engine encodes every medium
+    counter: MediaTokenCounter | None = None  # the engine's own media token counts; None for a text-only pool
     tool_parser: str | None = None  # vLLM's tool-call parser for `tool_choice: auto`
     # The support at which this pool's judgements hold, per form of question (grounding.models.JudgeThresholds),
     # calibrated for its checkpoint (grounding/judge.json beside it, written by build-demo or by an operator after
@@ -104,9 +108,27 @@ class ModelPool:
                 f"the messages do not fit the model's chat template: {exc}", code="invalid_messages", param="messages"
             ) from exc
 
+    async def media_tokens(self, medium: str, size: tuple[int, ...]) -> int:
+        """The placeholders the engine gives one medium of `size` ((width, height), or (samples,) at 16 kHz)."""
+        return 0 if self.counter is None else await self.counter.count(medium, size)
+
     def count_media_tokens(self, prompt_token_ids: list[int]) -> dict[str, int]:
         """Media tokens in the engine's expanded prompt: exact, from the processor's own placeholders."""
         return {kind: prompt_token_ids.count(token) for kind, token in self.media_token_ids.items()}
+
+
+def encoding_places(pool: ModelPool) -> dict[str, str]:
+    """Where each medium a chat pool takes is encoded: `gateway` (Tessera's encoder pools and embedding cache) or
+    `engine` (the engine's own towers)."""
+    places = {}
+    if "image" in pool.modalities:
+        places["image"] = "gateway" if pool.vision is not None else "engine"
+    if "audio" in pool.modalities:
+        where = "engine"
+        if pool.audio is not None:
+            where = "gateway" if pool.audio.embeds else "gateway (features; the engine runs the tower)"
+        places["audio"] = where
+    return places
 
 
 @dataclass

@@ -150,7 +150,7 @@ class InferenceService:
         if named is not None:
             pool, reason = named
         else:
-            pool, reason = pipeline.auto_pool(plan, prompt, probed)
+            pool, reason = await pipeline.auto_pool(plan, prompt, probed)
             caller.check_model(pool.name)
             if pool.prompt_format != prompt.prompt_format:
                 prompt = await pipeline.render(pool, plan, tools)
@@ -166,7 +166,7 @@ class InferenceService:
             probed, pool, reason, prompt = await self._route(request, caller, plan)
             routed.set_attributes({"tessera.model": pool.name, "tessera.route_reason": reason})
         params = _engine_params(request, pool)
-        parts = pipeline.estimate_parts(prompt, probed, pool)
+        parts = await pipeline.estimate_parts(prompt, probed, pool)
         estimate = sum(parts.values())
         needed = _within_context(estimate, params, pool)
         worst = TokenUsage(
@@ -214,7 +214,7 @@ class InferenceService:
             restartable=request.buffered,
             **engine_media(encoded, pool),
         )
-        parts = pipeline.estimate_parts(prompt, probed, pool)
+        parts = await pipeline.estimate_parts(prompt, probed, pool)
         with step("tessera.usage.open"):
             await self._bus.open(
                 OpenedRequest(

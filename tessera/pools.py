@@ -15,14 +15,22 @@ from typing import Any
 from config.settings import PoolSettings, Settings
 from grounding.models import checkpoint_judge_thresholds
 from serving.admission import AdmissionController
+from serving.encoders.counting import MediaTokenCounter
+from serving.encoders.families import (
+    EnginePath,
+    FamilyAdapter,
+    architecture_of,
+    checkpoint_architecture,
+    gateway_family,
+)
 from serving.encoders.placement import EncoderPlacement
-from serving.encoders.pools import AudioFeaturePool, VisionEncoderPool, vision_geometry
+from serving.encoders.pools import AudioFeaturePool, VisionEncoderPool
 from serving.engines.base import EmbeddingEngine, EngineClient, SpeechEngine
 from serving.engines.inprocess import VllmEngine
 from serving.engines.remote import RemoteEngine, RemoteSettings
 from serving.engines.remote_embeddings import RemoteEmbeddingEngine
 from serving.engines.specs import engine_spec
-from serving.pools import ModelPool, PoolRegistry, TaskPool
+from serving.pools import ModelPool, PoolRegistry, TaskPool, encoding_places
 
 logger = logging.getLogger(__name__)
 
@@ -54,29 +62,37 @@ async def start_pools(
     for pool in (p for p in settings.pools if p.kind != "chat"):
         tasks.append(await start_task_pool(settings, pool, paths[pool.name], stack, created))
     chat = [p for p in settings.pools if p.kind == "chat"]
+    # Where each pool's media are encoded is settled from its config.json before any engine starts, so that an
+    # `encoder_pools: true` the gateway cannot honour fails at once.
+    families = {p.name: _gateway_family(p, paths[p.name]) for p in chat}
     for index, pool in enumerate(chat):
+        family = families[pool.name]
         engine: EngineClient
         if pool.replicas:
-            if not pool.encoder_pools:
-                raise ValueError(
-                    f"pool '{pool.name}': a remote pool needs encoder_pools (replicas take encoder outputs)"
-                )
             logger.info("connecting pool '%s' to %d replicas", pool.name, len(pool.replicas))
             remote = await RemoteEngine.connect(pool.name, Path(paths[pool.name]), _remote_settings(settings, pool))
             stack.push_async_callback(remote.close)
             engine = remote
         else:
             logger.info("starting engine for pool '%s' from %s", pool.name, paths[pool.name])
-            spec = engine_spec(pool, paths[pool.name], settings.max_images_per_request)
+            mm_embeds = family is not None and any(family.encodes(m, "inprocess") for m in ("image", "audio"))
+            spec = engine_spec(pool, paths[pool.name], settings.max_images_per_request, mm_embeds=mm_embeds)
             engine = await asyncio.to_thread(VllmEngine.start, pool.name, spec)
             stack.callback(engine.shutdown)
-        built = await build_pool(settings, index, pool, engine, created)
+        built = await build_pool(settings, index, pool, engine, created, family)
+        if built.counter is not None:
+            stack.callback(built.counter.close)
         if built.vision is not None:
             stack.push_async_callback(built.vision.close)
         if built.audio is not None:
             stack.push_async_callback(built.audio.close)
         pools.append(built)
     return PoolRegistry(pools, tasks)
+
+
+def _gateway_family(pool: PoolSettings, path: str) -> FamilyAdapter | None:
+    architecture = checkpoint_architecture(Path(path))
+    return gateway_family(pool.name, architecture, pool.encoder_pools)
 
 
 async def start_task_pool(
@@ -138,7 +154,12 @@ def _remote_settings(settings: Settings, pool: PoolSettings) -> RemoteSettings:
 
 
 async def build_pool(
-    settings: Settings, index: int, pool: PoolSettings, engine: EngineClient, created: int
+    settings: Settings,
+    index: int,
+    pool: PoolSettings,
+    engine: EngineClient,
+    created: int,
+    family: FamilyAdapter | None = None,
 ) -> ModelPool:
     built = ModelPool.from_engine(pool.name, engine, pool.aliases, created, pool.modalities)
     built.strength = pool.strength if pool.strength is not None else index
@@ -148,24 +169,37 @@ async def build_pool(
 
     built.own_tokenizer = await asyncio.to_thread(AutoTokenizer.from_pretrained, checkpoint)
     built.judge_thresholds = checkpoint_judge_thresholds(checkpoint)
-    if "image" in built.modalities:
-        built.geometry = vision_geometry(checkpoint)
-        if pool.encoder_pools:
-            vision = VisionEncoderPool(
-                checkpoint,
-                window_ms=settings.encoder_window_ms,
-                max_batch=settings.encoder_max_batch,
-                threads=settings.encoder_threads,
-                device=settings.encoder_device,
-                dtype=settings.encoder_dtype,
-            )
-            await asyncio.to_thread(vision.load)
-            await asyncio.to_thread(vision.warm_up)  # the first request should not pay the cold start
-            vision.start()
-            built.vision = vision
-    if "audio" in built.modalities and pool.encoder_pools:
-        built.audio = await asyncio.to_thread(AudioFeaturePool, checkpoint)
+    built.architecture = architecture_of(engine.hf_config())
+    built.family = family
+    if "image" in built.modalities or "audio" in built.modalities:
+        model_config = engine.model_config if isinstance(engine, VllmEngine) else None
+        built.counter = await asyncio.to_thread(MediaTokenCounter.for_checkpoint, checkpoint, model_config)
+    path: EnginePath = "remote" if pool.replicas else "inprocess"
+    if family is not None and "image" in built.modalities and family.encodes("image", path):
+        vision = VisionEncoderPool(
+            checkpoint,
+            family,
+            engine.hf_config(),
+            window_ms=settings.encoder_window_ms,
+            max_batch=settings.encoder_max_batch,
+            threads=settings.encoder_threads,
+            device=settings.encoder_device,
+            dtype=settings.encoder_dtype,
+        )
+        await asyncio.to_thread(vision.load)
+        await asyncio.to_thread(vision.warm_up)  # the first request should not pay the cold start
+        vision.start()
+        built.vision = vision
+    if family is not None and "audio" in built.modalities and family.encodes("audio", path):
+        built.audio = await asyncio.to_thread(AudioFeaturePool, checkpoint, family, engine.hf_config())
         await asyncio.to_thread(built.audio.warm_up)
+    logger.info(
+        "pool '%s' (%s, adapter %s): %s",
+        pool.name,
+        built.architecture,
+        family.name if family else "none",
+        "; ".join(f"{m} encoded in {where}" for m, where in encoding_places(built).items()) or "text only",
+    )
     cap = engine.capacity
     built.admission = AdmissionController(
         total_blocks=cap.num_blocks,

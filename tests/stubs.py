@@ -12,7 +12,6 @@ import httpx
 from serving.admission import AdmissionController
 from serving.background import BackgroundTasks
 from serving.encoders.encoding import MediaEncoder
-from serving.encoders.pools import VisionGeometry
 from serving.engines.base import EngineCapacity, EngineDelta, EngineStats
 from serving.errors import EngineUnavailable
 from serving.ingest import MediaIngest
@@ -145,6 +144,22 @@ class Harness:
     tasks: BackgroundTasks
 
 
+class StubCounter:
+    """Stands for the engine's processor in unit tests without an engine: Qwen2-VL's resize rule (14 px patches
+    merged 2x2, 56² to 224² pixels) and 25 audio tokens a second."""
+
+    async def count(self, medium: str, size: tuple[int, ...]) -> int:
+        if medium == "audio":
+            return size[0] * 25 // 16000
+        width, height = size
+        scale = min(1.0, (224 * 224 / (width * height)) ** 0.5)
+        scale = max(scale, (56 * 56 / (width * height)) ** 0.5)
+        return max(1, round(height * scale / 28)) * max(1, round(width * scale / 28))
+
+    def close(self) -> None:
+        return None
+
+
 def harness(
     engine: StubEngine | None = None,
     vision=None,
@@ -159,7 +174,7 @@ def harness(
         engine,  # type: ignore[arg-type]
         modalities=["text", "image", "audio"],
         media_token_ids={"image": IMAGE_TOKEN},
-        geometry=VisionGeometry(14, 2, 56 * 56, 224 * 224),
+        counter=StubCounter(),  # type: ignore[arg-type]
     )
     pool.vision = vision
     pool.admission = AdmissionController(total_blocks=100, block_size=16, headroom_blocks=0)

@@ -1,8 +1,10 @@
 """Media to encoder outputs: decode each medium once, then encode it through the embedding cache.
 
-Images become the vision pool's embeddings and audio the audio pool's log-mel features, so the engine
-receives `image_embeds` / `input_audio_features` rather than raw media. A medium whose encoder output is
-cached (by encoder identity and content hash) is never encoded again. When an encoder fails and the client
+Images become the vision pool's embeddings and audio the audio pool's output (log-mel features, or embeddings
+where the family's engine takes them), so the engine receives encoder outputs rather than raw media, in the fields
+the pool's family adapter names. A medium whose encoder output is cached (by encoder identity and content hash) is
+never encoded again; a cached entry is served only when its size is what the engine's own processor counts. When an
+encoder fails and the client
 allowed it, the request goes on without that medium and says so.
 """
 
@@ -17,8 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from serving.encoders.cache import CachedEmbedding, CacheScope, EmbeddingCache, cache_key
+from serving.encoders.counting import AUDIO_SAMPLE_RATE
 from serving.encoders.detection import ImageFindings
-from serving.encoders.pools import AudioFeatures, EncoderFailure, ImageEmbedding
+from serving.encoders.families import AudioEmbedding, AudioFeatures, ImageEmbedding
+from serving.encoders.pools import EncoderFailure
 from serving.ingest import MediaIngest, MessagePlan, ProbedMedia
 from serving.media.audio import LoadedAudio
 from serving.media.images import LoadedImage
@@ -38,7 +42,7 @@ class EncodedMedia:
     images: list[LoadedImage] = field(default_factory=list)
     audios: list[LoadedAudio] = field(default_factory=list)
     image_embeds: list[ImageEmbedding] | None = None  # None: the engine encodes the images itself
-    audio_features: list[AudioFeatures] | None = None
+    audio_features: list[AudioFeatures | AudioEmbedding] | None = None
     cached_tokens: dict[str, int] = field(default_factory=lambda: {"image": 0, "audio": 0})
     degraded: list[str] = field(default_factory=list)
     scope: CacheScope = field(default_factory=CacheScope)  # whose embedding-cache entries it reads and writes
@@ -118,23 +122,37 @@ class MediaEncoder:
 
     async def _encode_audio(
         self, pool: ModelPool, audios: list[LoadedAudio], scope: CacheScope
-    ) -> tuple[list[AudioFeatures], int]:
+    ) -> tuple[list[AudioFeatures | AudioEmbedding], int]:
         results = await asyncio.gather(*(self._one_audio(pool, a, scope) for a in audios))
         return [f for f, _ in results], sum(f.tokens for f, hit in results if hit)
 
-    async def _one_audio(self, pool: ModelPool, audio: LoadedAudio, scope: CacheScope) -> tuple[AudioFeatures, bool]:
+    async def _one_audio(
+        self, pool: ModelPool, audio: LoadedAudio, scope: CacheScope
+    ) -> tuple[AudioFeatures | AudioEmbedding, bool]:
         encoder = pool.audio
         assert encoder is not None
         frames = round(audio.seconds * 100)
+        tokens = await pool.media_tokens("audio", (round(audio.seconds * AUDIO_SAMPLE_RATE),))
+        if encoder.embeds:
+            return await self._through_cache(
+                "audio",
+                encoder.identity,
+                audio.content_hash,
+                scope.of(audio.content_hash),
+                valid=lambda hit: "embeds" in hit.tensors and hit.token_count == tokens,
+                unpack=lambda hit: AudioEmbedding(hit.tensors["embeds"], frames),
+                encode=lambda: encoder.encode(audio.samples, tokens),
+                pack=lambda e: CachedEmbedding({"embeds": _tensor(e)}, e.tokens),
+            )
         return await self._through_cache(
             "audio",
             encoder.identity,
             audio.content_hash,
             scope.of(audio.content_hash),
             valid=lambda hit: "features" in hit.tensors and abs(hit.token_count - frames) <= 1,
-            unpack=lambda hit: AudioFeatures(hit.tensors["features"].T.contiguous(), hit.token_count),
-            encode=lambda: encoder.encode(audio.samples),
-            pack=lambda f: CachedEmbedding({"features": f.features.T.contiguous()}, f.frames),
+            unpack=lambda hit: AudioFeatures(hit.tensors["features"].T.contiguous(), hit.token_count, tokens),
+            encode=lambda: encoder.encode(audio.samples, tokens),
+            pack=lambda f: CachedEmbedding({"features": _tensor(f).T.contiguous()}, f.frames),
         )
 
     async def _encode_images(
@@ -148,7 +166,7 @@ class MediaEncoder:
 
         vision = pool.vision
         assert vision is not None
-        expected = vision.geometry.tokens_for(*image.size)
+        expected = await pool.media_tokens("image", image.size)
 
         def unpack(hit: CachedEmbedding) -> ImageEmbedding:
             t, h, w = (int(x) for x in hit.tensors["grid_thw"].tolist())
@@ -213,17 +231,24 @@ class MediaEncoder:
         return value, False
 
 
+def _tensor(audio: AudioFeatures | AudioEmbedding) -> Any:
+    return audio.features if isinstance(audio, AudioFeatures) else audio.embeds
+
+
 def engine_media(encoded: EncodedMedia, pool: ModelPool) -> dict[str, Any]:
     """The engine request's media fields: encoder outputs where Tessera encoded, raw media otherwise, and each
-    medium's identity (its embedding-cache key) in placeholder order."""
+    medium's identity in placeholder order (its embedding-cache key where Tessera encoded it, else its content hash
+    in the caller's scope)."""
     keys: dict[str, list[str]] = {}
-    if encoded.image_embeds is not None and pool.vision is not None:
+    image_identity = pool.vision.identity if encoded.image_embeds is not None and pool.vision else f"raw:{pool.name}"
+    audio_identity = pool.audio.identity if encoded.audio_features is not None and pool.audio else f"raw:{pool.name}"
+    if encoded.images:
         keys["image"] = [
-            cache_key(pool.vision.identity, m.content_hash, encoded.scope.of(m.content_hash)) for m in encoded.images
+            cache_key(image_identity, m.content_hash, encoded.scope.of(m.content_hash)) for m in encoded.images
         ]
-    if encoded.audio_features is not None and pool.audio is not None:
+    if encoded.audios:
         keys["audio"] = [
-            cache_key(pool.audio.identity, a.content_hash, encoded.scope.of(a.content_hash)) for a in encoded.audios
+            cache_key(audio_identity, a.content_hash, encoded.scope.of(a.content_hash)) for a in encoded.audios
         ]
     return {
         "images": [] if encoded.image_embeds is not None else [m.image for m in encoded.images],
@@ -262,5 +287,4 @@ def findings_of(pool: ModelPool, embeds: list[ImageEmbedding]) -> tuple[ImageFin
     vision = pool.vision
     assert vision is not None
     assert vision.label_head is not None
-    merge = vision.geometry.merge_size
-    return tuple(vision.label_head.findings(e.embeds, e.grid_thw, merge) for e in embeds)
+    return tuple(vision.label_head.findings(e.embeds, e.grid_thw, vision.merge_size) for e in embeds)

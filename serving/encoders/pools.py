@@ -1,23 +1,15 @@
-"""Encoder pools: the checkpoint's own vision tower, micro-batched, handing embeddings to the engine.
+"""Encoder pools: the checkpoint's own towers, run in the gateway, handing encoder outputs to the engine.
 
-How embeddings reach the engine, and why:
-- Images go in as vLLM's `image_embeds` input (`{"image_embeds": flat [tokens, D], "image_grid_thw": [n, 3]}`,
-  engine flag `enable_mm_embeds`). vLLM 0.32 accepts that for the Qwen2.5-Omni thinker and then skips its
-  vision tower: measured, the engine's prompt ids and greedy tokens are the same as with raw pixels.
-- vLLM 0.32's embeddings path returns one flat tensor for all images and kills the engine core; the
-  `serving.engines.vllm_patches` plugin splits it per image, as the pixel path does.
-- Audio has no embeddings input in vLLM 0.32: the thinker's audio path takes raw audio or mel features and
-  always runs the tower itself. The encoder-disaggregation connectors (`vllm/distributed/ec_transfer`)
-  could carry tower outputs, but they key entries by vLLM's own multimodal hash and need connector-enabled
-  engines, which the in-process CPU engine does not run. So the audio pool computes the tower's input, the
-  log-mel features (the checkpoint's own feature extractor), and hands them over as `input_audio_features`.
-  This is also required: with
-  `image_embeds` next to raw audio, vLLM 0.32 runs the HF processor on a prompt holding an image marker but
-  no image, and the request fails. Measured: features from the pool give the same prompt ids and greedy
-  tokens as raw audio. Features are computed over the whole clip, not per 5 s window, because Whisper's
-  log-mel normalisation uses the clip's global maximum; windowing would change the tokens. The tower itself
-  (in the engine) attends within chunks of its checkpoint's `n_window` (8 s for the large demo, 2 s for the
-  small one).
+What a tower is, how wide its output is and which fields the engine takes for it are the family adapter's
+(serving.encoders.families); this module only batches, places and guards the work:
+- Images: the vision tower over batches gathered within a short window; the engine takes the embeddings as its
+  `image_embeds` input (engine flag `enable_mm_embeds`) and skips its own tower. Measured for the Qwen2.5-Omni
+  thinker: the engine's prompt ids and greedy tokens are the same as with raw pixels.
+- Audio: for families whose engine runs its own audio tower (the Omni thinkers, which take no audio embeddings in
+  vLLM 0.32), the tower's log-mel input computed with the checkpoint's own feature extractor, handed over as
+  features; for families whose engine takes audio embeddings (Qwen2-Audio), the tower and projector too, so a cached
+  clip skips all of it. Features are computed over the whole clip, not per window, because Whisper's log-mel
+  normalisation uses the clip's global maximum; windowing would change the tokens.
 
 Where the vision tower runs is an `EncoderPlacement`: a torch device (CUDA when there is one, by default) and a
 compute dtype. Whatever the placement, embeddings leave the pool on the CPU in float32, which is what the engine
@@ -32,7 +24,6 @@ import contextlib
 import hashlib
 import json
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable
@@ -42,8 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from serving.encoders.detection import LabelHead
+from serving.encoders.families import AudioEmbedding, AudioFeatures, FamilyAdapter, ImageEmbedding
 from serving.encoders.placement import EncoderPlacement
-from serving.encoders.tower_io import checkpoint_tensors, log_mel
+from serving.encoders.tower_io import log_mel
 from serving.errors import Unavailable
 
 logger = logging.getLogger(__name__)
@@ -57,26 +49,6 @@ class EncoderFailure(Unavailable):
         self.reason = reason
 
 
-@dataclass(frozen=True)
-class ImageEmbedding:
-    embeds: Any  # torch.Tensor [tokens, hidden], float32
-    grid_thw: tuple[int, int, int]
-
-    @property
-    def tokens(self) -> int:
-        return int(self.embeds.shape[0])
-
-
-@dataclass(frozen=True)
-class AudioFeatures:
-    features: Any  # torch.Tensor [mel bins, frames], float32
-    frames: int
-
-    @property
-    def tokens(self) -> int:
-        return audio_tokens_for(self.frames / 100)
-
-
 @dataclass
 class EncoderStats:
     batches: int = 0
@@ -88,34 +60,6 @@ class EncoderStats:
         self.failures[reason] = self.failures.get(reason, 0) + 1
 
 
-def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
-    """Qwen2-VL's resize rule: both sides multiples of `factor`, total pixels within bounds."""
-    h_bar = max(factor, round(height / factor) * factor)
-    w_bar = max(factor, round(width / factor) * factor)
-    if h_bar * w_bar > max_pixels:
-        beta = math.sqrt((height * width) / max_pixels)
-        h_bar = max(factor, math.floor(height / beta / factor) * factor)
-        w_bar = max(factor, math.floor(width / beta / factor) * factor)
-    elif h_bar * w_bar < min_pixels:
-        beta = math.sqrt(min_pixels / (height * width))
-        h_bar = math.ceil(height * beta / factor) * factor
-        w_bar = math.ceil(width * beta / factor) * factor
-    return h_bar, w_bar
-
-
-@dataclass(frozen=True)
-class VisionGeometry:
-    patch_size: int
-    merge_size: int
-    min_pixels: int
-    max_pixels: int
-
-    def tokens_for(self, width: int, height: int) -> int:
-        factor = self.patch_size * self.merge_size
-        h, w = smart_resize(height, width, factor, self.min_pixels, self.max_pixels)
-        return (h // factor) * (w // factor)
-
-
 def image_processor_config(checkpoint: Path) -> dict[str, Any]:
     for name in ("processor_config.json", "preprocessor_config.json"):
         path = checkpoint / name
@@ -123,24 +67,6 @@ def image_processor_config(checkpoint: Path) -> dict[str, Any]:
             cfg = json.loads(path.read_text())
             return dict(cfg.get("image_processor", cfg))
     return {}
-
-
-def vision_geometry(checkpoint: Path) -> VisionGeometry:
-    """The image processor's resize rule, read from the checkpoint, for counting tokens from headers."""
-    image = image_processor_config(checkpoint)
-    size = image.get("size") or {}
-    return VisionGeometry(
-        patch_size=int(image.get("patch_size", 14)),
-        merge_size=int(image.get("merge_size", 2)),
-        min_pixels=int(size.get("shortest_edge", image.get("min_pixels", 56 * 56))),
-        max_pixels=int(size.get("longest_edge", image.get("max_pixels", 28 * 28 * 1280))),
-    )
-
-
-def audio_tokens_for(seconds: float) -> int:
-    """Qwen2-Audio/Omni towers: 100 mel frames per second, two stride-2 reductions (about 25 tokens/s)."""
-    frames = min(3000, math.ceil(seconds * 100))
-    return max(0, (((frames - 1) // 2 + 1) - 2) // 2 + 1)
 
 
 def encoder_identity(checkpoint: Path, tower_prefix: str, preprocessing: dict[str, Any], *, dtype: str) -> str:
@@ -163,6 +89,8 @@ class VisionEncoderPool:
     def __init__(
         self,
         checkpoint: Path,
+        family: FamilyAdapter,
+        hf_config: Any,
         *,
         window_ms: float = 12.0,
         max_batch: int = 48,
@@ -172,6 +100,9 @@ class VisionEncoderPool:
         dtype: str = "float32",
     ) -> None:
         self.checkpoint = checkpoint
+        self.family = family
+        self._hf_config = hf_config
+        self.merge_size = family.merge_size(hf_config)
         self.placement = EncoderPlacement.resolve(device, dtype)
         self.window_s = window_ms / 1000.0
         self.max_batch = max_batch
@@ -184,37 +115,48 @@ class VisionEncoderPool:
         self._model: Any = None
         self._processor: Any = None
         self._lock = threading.Lock()
-        self.geometry, self.identity = self._describe()
+        self.identity = self._describe()
         self.fault: Callable[[Any], Any] | None = None  # test hook: transforms the tower's output
         self.warmup_s: float | None = None  # how long the warm-up batch took; None until it ran
         self.label_head: LabelHead | None = None  # what the tower detects, where it was trained for grounding
 
-    def _describe(self) -> tuple[VisionGeometry, str]:
+    @classmethod
+    def for_checkpoint(cls, checkpoint: Path, **kwargs: Any) -> VisionEncoderPool:
+        """The pool of a checkpoint's own vision tower, by the adapter of its architecture; blocking."""
+        from transformers import AutoConfig
+
+        from serving.encoders.families import architecture_of, family_for
+
+        config = AutoConfig.from_pretrained(checkpoint)
+        family = family_for(architecture_of(config))
+        if family is None or not family.image_paths:
+            raise ValueError(f"the gateway has no vision encoder adapter for {architecture_of(config)} ({checkpoint})")
+        return cls(checkpoint, family, config, **kwargs)
+
+    def _describe(self) -> str:
         image = image_processor_config(self.checkpoint)
         pre = {k: image.get(k) for k in sorted(image) if k not in ("processor_class",)}
-        identity = encoder_identity(self.checkpoint, "thinker.visual", pre, dtype=self.placement.dtype)
-        return vision_geometry(self.checkpoint), identity
+        tower = self.family.vision_prefixes[0] if self.family.vision_prefixes else self.family.name
+        return encoder_identity(self.checkpoint, tower, pre, dtype=self.placement.dtype)
 
     def load(self) -> None:
         """Load the tower from the checkpoint; blocking (call it off the event loop)."""
         import torch
-        from transformers import AutoConfig, AutoImageProcessor
-        from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import Qwen2_5OmniVisionEncoder
+        from transformers import AutoImageProcessor
 
-        config = AutoConfig.from_pretrained(self.checkpoint)
-        thinker = getattr(config, "thinker_config", config)
         # Built in the compute dtype (buffers such as rotary frequencies stay float32, as in from_pretrained).
-        model = Qwen2_5OmniVisionEncoder._from_config(thinker.vision_config, dtype=self.placement.torch_dtype)
-        state = checkpoint_tensors(self.checkpoint, "thinker.visual.")
+        model = self.family.build_vision_tower(self._hf_config, self.placement.torch_dtype)
+        prefix, state = self.family.vision_state(self.checkpoint)
         missing, _unexpected = model.load_state_dict(state, strict=False)
         if missing:
-            raise RuntimeError(f"vision tower weights missing from {self.checkpoint}: {missing[:5]}")
+            raise RuntimeError(f"vision tower weights ({prefix}*) missing from {self.checkpoint}: {missing[:5]}")
         model.to(torch.device(self.placement.device)).eval()
         self._model = model
         self._processor = AutoImageProcessor.from_pretrained(self.checkpoint)
         self.label_head = LabelHead.load(self.checkpoint)
         logger.info(
-            "vision encoder pool loaded from %s on %s in %s (window %.0f ms, max batch %d)",
+            "vision encoder pool (%s) loaded from %s on %s in %s (window %.0f ms, max batch %d)",
+            self.family.name,
             self.checkpoint,
             self.placement.device,
             self.placement.dtype,
@@ -231,7 +173,7 @@ class VisionEncoderPool:
         """
         from PIL import Image
 
-        side = self.geometry.patch_size * self.geometry.merge_size * 2
+        side = self.family.patch_size(self._hf_config) * self.merge_size * 2
         image = Image.new("RGB", (side, side), (127, 127, 127))
         started = time.perf_counter()
         self._forward([image])
@@ -304,7 +246,7 @@ class VisionEncoderPool:
 
         started = time.perf_counter()
         embeds, grid = self._forward(images)
-        sizes = (grid.prod(-1) // (self.geometry.merge_size**2)).tolist()
+        sizes = (grid.prod(-1) // (self.merge_size**2)).tolist()
         results: list[ImageEmbedding | EncoderFailure] = []
         for chunk, thw in zip(torch.split(embeds, sizes), grid.tolist(), strict=True):
             if not torch.isfinite(chunk).all():
@@ -331,8 +273,7 @@ class VisionEncoderPool:
                 inputs = self._processor(images=images, return_tensors="pt")
                 grid = inputs["image_grid_thw"]
                 pixels = inputs["pixel_values"].to(device=device, dtype=self.placement.torch_dtype)
-                out = self._model(pixels, grid_thw=grid.to(device))
-                embeds = out.pooler_output if hasattr(out, "pooler_output") else out
+                embeds = self.family.vision_forward(self._model, pixels, grid.to(device))
                 if self.fault is not None:
                     embeds = self.fault(embeds)
                 embeds = embeds.to(device="cpu", dtype=torch.float32)
@@ -349,51 +290,75 @@ class VisionEncoderPool:
 
 
 class AudioFeaturePool:
-    """Computes the audio tower's log-mel input with the checkpoint's own feature extractor, off the loop."""
+    """Computes a clip's log-mel features with the checkpoint's own feature extractor, off the loop; and where the
+    family's engine takes audio embeddings, runs the audio tower (and projector) over them too."""
 
-    def __init__(self, checkpoint: Path) -> None:
+    def __init__(self, checkpoint: Path, family: FamilyAdapter, hf_config: Any) -> None:
         from transformers import WhisperFeatureExtractor
 
         self.checkpoint = checkpoint
+        self.family = family
         self.stats = EncoderStats()
         self._extractor = WhisperFeatureExtractor.from_pretrained(checkpoint)
+        self.embeds = family.audio_input == "embeds"
+        self._tower: Any = None
+        if self.embeds:
+            import torch
+
+            self._tower = family.build_audio_tower(checkpoint, hf_config, torch.float32).eval()
         pre = {k: v for k, v in sorted(self._extractor.to_dict().items()) if isinstance(v, int | float | str)}
-        self.identity = encoder_identity(checkpoint, "audio-features", pre, dtype="float32")
+        stage = f"{family.name}-audio-tower" if self.embeds else "audio-features"
+        self.identity = encoder_identity(checkpoint, stage, pre, dtype="float32")
         self.sample_rate = int(self._extractor.sampling_rate)
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="audio-features")
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="audio-encoder")
         self.warmup_s: float | None = None
 
-    async def encode(self, samples: Any) -> AudioFeatures:
-        return await asyncio.get_running_loop().run_in_executor(self._executor, self.encode_one, samples)
+    async def encode(self, samples: Any, tokens: int) -> AudioFeatures | AudioEmbedding:
+        """The clip's encoder output; `tokens` is what the engine places for it (serving.encoders.counting)."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self.encode_one, samples, tokens)
 
     def warm_up(self) -> float:
-        """Compute features for one second of silence, so the first request skips the cold start; blocking.
+        """Encode one second of silence, so the first request skips the cold start; blocking.
 
         Not counted in `stats`. Returns (and keeps in `warmup_s`) its duration.
         """
         import numpy as np
 
         started = time.perf_counter()
-        self._features(np.zeros(self.sample_rate, dtype=np.float32))
+        self._encode(np.zeros(self.sample_rate, dtype=np.float32), 0)
         self.warmup_s = time.perf_counter() - started
-        logger.info("audio feature pool of %s warmed up in %.0f ms", self.checkpoint, self.warmup_s * 1000)
+        logger.info("audio pool of %s warmed up in %.0f ms", self.checkpoint, self.warmup_s * 1000)
         return self.warmup_s
 
-    def encode_one(self, samples: Any) -> AudioFeatures:
+    def encode_one(self, samples: Any, tokens: int) -> AudioFeatures | AudioEmbedding:
         import torch
 
         started = time.perf_counter()
-        features, frames = self._features(samples)
+        out = self._encode(samples, tokens)
         self.stats.seconds += time.perf_counter() - started
         self.stats.batches += 1
         self.stats.items += 1
-        if not torch.isfinite(features).all():
+        tensor = out.embeds if isinstance(out, AudioEmbedding) else out.features
+        if not torch.isfinite(tensor).all():
             self.stats.fail("non_finite")
-            raise EncoderFailure("the audio features contain NaN or Inf", reason="non_finite")
-        return AudioFeatures(features, frames)
+            raise EncoderFailure("the audio encoder produced NaN or Inf", reason="non_finite")
+        if isinstance(out, AudioEmbedding) and tokens and out.tokens != tokens:
+            self.stats.fail("size")
+            raise EncoderFailure(
+                f"the audio tower gave {out.tokens} tokens where the engine places {tokens}", reason="size"
+            )
+        return out
 
-    def _features(self, samples: Any) -> tuple[Any, int]:
-        return log_mel(self._extractor, samples)
+    def _encode(self, samples: Any, tokens: int) -> AudioFeatures | AudioEmbedding:
+        import torch
+
+        if not self.embeds:
+            features, frames = log_mel(self._extractor, samples)
+            return AudioFeatures(features, frames, tokens)
+        padded, frames = log_mel(self._extractor, samples, cut=False)
+        with torch.inference_mode():
+            embeds = self.family.audio_forward(self._tower, padded, frames)
+        return AudioEmbedding(embeds.to(torch.float32).contiguous(), frames)
 
     async def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 
-def log_mel(extractor: Any, samples: Any) -> tuple[Any, int]:
+def log_mel(extractor: Any, samples: Any, *, cut: bool = True) -> tuple[Any, int]:
     """The audio tower's input for float32 mono samples at the extractor's rate: [mel bins, frames] float32, and
-    the frame count. Padded to the extractor's chunk, as the engine's own processor does, then cut to the clip's
-    frames."""
+    the clip's frame count. Padded to the extractor's chunk, as the engine's own processor does, then (with `cut`)
+    cut to the clip's frames."""
     import torch
 
     out = extractor(
@@ -24,7 +24,8 @@ def log_mel(extractor: Any, samples: Any) -> tuple[Any, int]:
         return_tensors="pt",
     )
     frames = int(out["attention_mask"].sum())
-    return out["input_features"][0][:, :frames].to(torch.float32).contiguous(), frames
+    features = out["input_features"][0]
+    return (features[:, :frames] if cut else features).to(torch.float32).contiguous(), frames
 
 
 def checkpoint_tensors(checkpoint: Path, prefix: str) -> dict[str, Any]:

@@ -9,6 +9,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+from serving.encoders.families import architecture_of, family_for
 from serving.engines.base import (
     EngineCapacity,
     EngineDelta,
@@ -70,6 +71,8 @@ class VllmEngine:
         self.model_path = model_path
         self._llm = llm
         self.stats = stats
+        self.architecture = architecture_of(llm.model_config.hf_config)
+        self.family = family_for(self.architecture)  # how encoder outputs reach this engine; None: it encodes all
         cache = llm.vllm_config.cache_config
         self.capacity = EngineCapacity(
             num_blocks=int(cache.num_gpu_blocks or 0),
@@ -124,6 +127,11 @@ class VllmEngine:
     def hf_config(self) -> Any:
         return self._llm.model_config.hf_config
 
+    @property
+    def model_config(self) -> Any:
+        """vLLM's own model config, from which the media token counter builds the engine's processor."""
+        return self._llm.model_config
+
     def replicas(self) -> list[dict[str, Any]]:
         return []
 
@@ -160,7 +168,7 @@ class VllmEngine:
         try:
             sampling = sampling_params(request.params)
             async for out in self._llm.generate(
-                engine_prompt(request), sampling, request_id=request.request_id, priority=request.priority
+                engine_prompt(request, self.family), sampling, request_id=request.request_id, priority=request.priority
             ):
                 for delta in engine_deltas(out, request.params.logprobs):
                     if delta.finish_reason == "error":

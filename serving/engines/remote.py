@@ -5,10 +5,13 @@ Wire protocol (built and read in `serving.engines.remote_wire`): vLLM's token-in
 `/inference/v1/generate`. Tessera sends what it already made for the in-process engine:
 - the prompt's token ids, rendered and tokenized by Tessera, with each media placeholder expanded to the
   medium's token count;
-- its own encoder outputs as vLLM `MultiModalKwargsItem`s (`features`): image embeddings and audio
-  log-mel features, straight from the embedding cache when they are cached, so a replica never decodes
-  or re-encodes an image and repeated media are encoded once for the whole fleet. Each item is named by
-  the embedding-cache key, which the replica's prefix and processor caches use as the medium's identity;
+- where the gateway encodes for the pool's family (serving.encoders.families), its own encoder outputs as vLLM
+  `MultiModalKwargsItem`s (`features`) in that family's field layout, straight from the embedding cache when they
+  are cached, so a replica never decodes or re-encodes an image and repeated media are encoded once for the whole
+  fleet. Each item is named by the embedding-cache key, which the replica's prefix and processor caches use as the
+  medium's identity;
+- otherwise the raw media as `content_parts` (data URLs, named the same way), which the replica decodes, encodes
+  and expands itself; the picker's media affinity then sends a repeated medium to the replica that holds it;
 - sampling parameters, cache salt and priority as vLLM's own `SamplingParams` fields.
 
 The replica streams text deltas with token ids, the expanded prompt's token ids (so per-modality usage is
@@ -33,6 +36,7 @@ from typing import Any
 
 import httpx
 
+from serving.encoders.families import architecture_of, family_for
 from serving.engines.base import (
     EngineCapacity,
     EngineDelta,
@@ -44,6 +48,7 @@ from serving.engines.fleet import EndpointPicker, Policy, Replica
 from serving.engines.remote_wire import (
     ReplicaFailed,
     StreamState,
+    content_parts,
     engine_gone,
     error_message,
     features_body,
@@ -92,8 +97,8 @@ class RemoteEngine:
         self._hf_config = hf_config
         self._tokenizer = tokenizer
         self._media_token_ids = media_token_ids
-        thinker = getattr(hf_config, "thinker_config", hf_config)
-        self._merge_size = int(getattr(getattr(thinker, "vision_config", None), "spatial_merge_size", 2) or 2)
+        self.architecture = architecture_of(hf_config)
+        self.family = family_for(self.architecture)  # how encoder outputs reach the replicas; None: they encode all
         self._where: dict[str, Replica] = {}  # request id -> the replica running it
 
     @classmethod
@@ -242,7 +247,11 @@ class RemoteEngine:
         token_ids = request.prompt_token_ids
         if token_ids is None:
             token_ids = self._tokenizer.encode(request.prompt, add_special_tokens=False)
-        expanded, features = features_body(list(token_ids), self._media_token_ids, self._merge_size, request)
+        if (request.images or request.audios) and (request.image_embeds or request.audio_features):
+            raise InternalFailure("a replica takes raw media or encoder outputs, not both", code="remote_mixed_media")
+        expanded, features = features_body(
+            list(token_ids), self._media_token_ids, request, self.family, self._hf_config
+        )
         body: dict[str, Any] = {
             "request_id": request.request_id,
             "model": None,
@@ -256,6 +265,8 @@ class RemoteEngine:
         }
         if features is not None:
             body["features"] = features
+        elif request.images or request.audios:
+            body["content_parts"] = content_parts(request)
         if request.cache_salt:
             body["cache_salt"] = request.cache_salt
         return body

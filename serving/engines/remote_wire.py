@@ -1,9 +1,11 @@
 """What goes over the wire to a remote vLLM replica and back (`serving.engines.remote` holds the engine that sends it).
 
 Out: vLLM `SamplingParams` fields as JSON (`sampling_body`), and the prompt with each media placeholder expanded
-plus Tessera's encoder outputs as vLLM `MultiModalKwargsItem`s, each named by its embedding-cache key
-(`features_body`). Back: the replica's stream chunks turned into engine deltas (`StreamState`), and its error
-bodies into messages, telling a replica whose engine is gone (tried elsewhere) from a request that failed.
+plus Tessera's encoder outputs as vLLM `MultiModalKwargsItem`s in the family's field layout, each named by its
+embedding-cache key (`features_body`); or, where the gateway does not encode a medium for the family, the raw media
+as `content_parts` that the replica encodes and expands itself. Back: the replica's stream chunks turned into engine
+deltas (`StreamState`), and its error bodies into messages, telling a replica whose engine is gone (tried elsewhere)
+from a request that failed.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from serving.encoders.families import AudioFeatures, FamilyAdapter
 from serving.engines.base import EngineDelta, EngineRequest, GenerationParams, TokenLogprob
 from serving.errors import InternalFailure
 
@@ -64,30 +67,56 @@ def media_hashes(kind: str, request: EngineRequest, items: Sequence[Any]) -> lis
         return list(keys)
     out = []
     for item in items:
-        tensor = item.embeds if kind == "image" else item.features
+        tensor = item.features if isinstance(item, AudioFeatures) else item.embeds
         out.append(hashlib.sha256(tensor.contiguous().numpy().tobytes()).hexdigest())
     return out
 
 
 def features_body(
-    token_ids: list[int], media_token_ids: dict[str, int], merge_size: int, request: EngineRequest
+    token_ids: list[int],
+    media_token_ids: dict[str, int],
+    request: EngineRequest,
+    family: FamilyAdapter | None,
+    hf_config: Any,
 ) -> tuple[list[int], dict[str, Any] | None]:
     """The prompt with each media placeholder expanded, and the encoder outputs as vLLM kwargs items in the
-    Qwen2.5-Omni thinker's layout (the architecture Tessera's encoder pools serve). Blocking (tensor
-    serialization): call it off the event loop."""
+    family's own field layout. Blocking (tensor serialization): call it off the event loop."""
     images = request.image_embeds or []
     audios = request.audio_features or []
-    if request.images or request.audios:
-        raise InternalFailure("a remote pool takes encoder outputs, not raw media", code="remote_raw_media")
     if not images and not audios:
         return token_ids, None
-    import torch
+    if family is None:
+        raise InternalFailure("encoder outputs for a pool with no family adapter", code="no_family_adapter")
     from transformers import BatchFeature
     from vllm.entrypoints.scale_out.token_in_token_out.mm_serde import encode_mm_kwargs_item
-    from vllm.model_executor.models.qwen2_5_omni_thinker import create_qwen2_5_omni_thinker_field_factory
     from vllm.multimodal.inputs import MultiModalKwargsItems
 
     sizes = {"image": [e.tokens for e in images], "audio": [a.tokens for a in audios]}
+    expanded, placeholders = _expand(token_ids, media_token_ids, sizes)
+    tensors: dict[str, Any] = {}
+    hashes: dict[str, list[str]] = {}
+    if images:
+        tensors |= family.image_inputs(images)
+        hashes["image"] = media_hashes("image", request, images)
+    if audios:
+        tensors |= family.audio_inputs(audios)
+        hashes["audio"] = media_hashes("audio", request, audios)
+    # The model's own field layout (which tensors split per item, which stay on the CPU), as its processor
+    # would have produced them.
+    items = MultiModalKwargsItems.from_hf_inputs(BatchFeature(tensors), family.field_config(tensors, hf_config))
+    data = {kind: [encode_mm_kwargs_item(it) for it in items[kind]] for kind in hashes}
+    features = {
+        "mm_hashes": hashes,
+        "mm_placeholders": {k: placeholders[k] for k in hashes},
+        "kwargs_data": data,
+    }
+    return expanded, features
+
+
+def _expand(
+    token_ids: list[int], media_token_ids: dict[str, int], sizes: dict[str, list[int]]
+) -> tuple[list[int], dict[str, list[dict[str, int]]]]:
+    """Each medium's one placeholder token repeated to its token count, and where each landed."""
     expanded: list[int] = []
     placeholders: dict[str, list[dict[str, int]]] = {"image": [], "audio": []}
     seen = {"image": 0, "audio": 0}
@@ -101,36 +130,40 @@ def features_body(
         placeholders[kind].append({"offset": len(expanded), "length": length})
         expanded.extend([tok] * length)
         seen[kind] += 1
-    if seen["image"] != len(images) or seen["audio"] != len(audios):
+    if seen["image"] != len(sizes["image"]) or seen["audio"] != len(sizes["audio"]):
         raise InternalFailure("the prompt's media placeholders do not match its media", code="placeholder_mismatch")
+    return expanded, placeholders
 
-    tensors: dict[str, Any] = {}
-    hashes: dict[str, list[str]] = {}
-    if images:
-        tensors["image_embeds"] = torch.cat([e.embeds for e in images])
-        tensors["image_grid_thw"] = torch.tensor([e.grid_thw for e in images], dtype=torch.long)
-        hashes["image"] = media_hashes("image", request, images)
-    if audios:
-        lengths = torch.tensor([a.frames for a in audios], dtype=torch.long)
-        mask = torch.zeros(len(audios), int(lengths.max()), dtype=torch.long)
-        for i, n in enumerate(lengths.tolist()):
-            mask[i, :n] = 1
-        tensors["input_audio_features"] = torch.cat([a.features for a in audios], dim=1)
-        tensors["feature_attention_mask"] = mask
-        tensors["audio_feature_lengths"] = lengths
-        hashes["audio"] = media_hashes("audio", request, audios)
-    # The model's own field layout (which tensors split per item, which stay on the CPU), as its processor
-    # would have produced them.
-    fields = create_qwen2_5_omni_thinker_field_factory(merge_size)(tensors)
-    items = MultiModalKwargsItems.from_hf_inputs(BatchFeature(tensors), fields)
-    data = {kind: [encode_mm_kwargs_item(it) for it in items[kind]] for kind in hashes}
-    kinds = list(hashes)
-    features = {
-        "mm_hashes": hashes,
-        "mm_placeholders": {k: placeholders[k] for k in kinds},
-        "kwargs_data": data,
-    }
-    return expanded, features
+
+def content_parts(request: EngineRequest) -> list[dict[str, Any]]:
+    """Raw media for a replica that encodes them itself, as data URLs in placeholder order, each named by its
+    embedding-cache key so that the replica's processor cache and the picker's media affinity agree. Blocking
+    (encoding): call it off the event loop."""
+    import base64
+    import io
+
+    parts: list[dict[str, Any]] = []
+    keys = request.media_keys
+    for i, image in enumerate(request.images):
+        buf = io.BytesIO()
+        image.save(buf, format="PNG")
+        url = "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+        parts.append(_part("image_url", url, keys.get("image", []), i))
+    for i, (samples, rate) in enumerate(request.audios):
+        import soundfile
+
+        buf = io.BytesIO()
+        soundfile.write(buf, samples, rate, format="WAV", subtype="FLOAT")
+        url = "data:audio/wav;base64," + base64.b64encode(buf.getvalue()).decode()
+        parts.append(_part("audio_url", url, keys.get("audio", []), i))
+    return parts
+
+
+def _part(kind: str, url: str, keys: list[str], index: int) -> dict[str, Any]:
+    part = {"type": kind, "url": url}
+    if index < len(keys):
+        part["uuid"] = keys[index]
+    return part
 
 
 def logprobs_of(raw: Any) -> tuple[TokenLogprob, ...] | None:

@@ -6,7 +6,8 @@ from config.settings import CHAT_MAX_MODEL_LEN, PoolSettings
 from serving.engines.base import EngineSpec
 
 
-def engine_spec(pool: PoolSettings, model_path: str, max_images: int) -> EngineSpec:
+def engine_spec(pool: PoolSettings, model_path: str, max_images: int, *, mm_embeds: bool = False) -> EngineSpec:
+    """`mm_embeds`: the gateway hands this engine encoder outputs (its family adapter says which)."""
     if pool.kind != "chat":
         return EngineSpec(
             model=model_path,
@@ -21,7 +22,7 @@ def engine_spec(pool: PoolSettings, model_path: str, max_images: int) -> EngineS
             runner="pooling" if pool.kind == "embedding" else "generate",
         )
     return EngineSpec(
-        enable_mm_embeds=pool.encoder_pools,
+        enable_mm_embeds=mm_embeds,
         model=model_path,
         dtype=pool.dtype,
         max_model_len=pool.max_model_len or CHAT_MAX_MODEL_LEN,

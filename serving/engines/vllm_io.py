@@ -6,7 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from serving.encoders.families import FamilyAdapter
 from serving.engines.base import EngineDelta, EngineRequest, GenerationParams, TokenLogprob
+from serving.errors import InternalFailure
 
 
 def sampling_params(p: GenerationParams) -> Any:
@@ -34,35 +36,21 @@ def sampling_params(p: GenerationParams) -> Any:
     )
 
 
-def _audio_feature_input(items: list[Any]) -> dict[str, Any]:
-    import torch
-
-    lengths = torch.tensor([f.frames for f in items], dtype=torch.long)
-    mask = torch.zeros(len(items), int(lengths.max()), dtype=torch.long)
-    for i, n in enumerate(lengths.tolist()):
-        mask[i, :n] = 1
-    return {
-        "input_audio_features": torch.cat([f.features for f in items], dim=1),
-        "audio_feature_lengths": lengths,
-        "feature_attention_mask": mask,
-    }
-
-
-def engine_prompt(request: EngineRequest) -> dict[str, Any]:
-    """The prompt text with its media: Tessera's encoder outputs where it encoded, raw media otherwise."""
+def engine_prompt(request: EngineRequest, family: FamilyAdapter | None) -> dict[str, Any]:
+    """The prompt text with its media: Tessera's encoder outputs, in the fields the family's engine takes, where it
+    encoded; raw media otherwise."""
     prompt: dict[str, Any] = {"prompt": request.prompt}
     media: dict[str, Any] = {}
+    if (request.image_embeds or request.audio_features) and family is None:
+        raise InternalFailure("encoder outputs for an engine with no family adapter", code="no_family_adapter")
     if request.image_embeds:
-        import torch
-
-        media["image"] = {
-            "image_embeds": torch.cat([e.embeds for e in request.image_embeds]),
-            "image_grid_thw": torch.tensor([e.grid_thw for e in request.image_embeds], dtype=torch.long),
-        }
+        assert family is not None
+        media["image"] = family.image_inputs(request.image_embeds)
     elif request.images:
         media["image"] = request.images
     if request.audio_features:
-        media["audio"] = _audio_feature_input(request.audio_features)
+        assert family is not None
+        media["audio"] = family.audio_inputs(request.audio_features)
     elif request.audios:
         media["audio"] = request.audios
     if media:

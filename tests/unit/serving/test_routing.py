@@ -49,14 +49,13 @@ def test_auto_moves_away_from_a_saturated_pool():
 def test_images_return_in_client_order_whatever_finishes_first():
     """The pipeline's image results follow the client's order even when the encoder answers out of order."""
     from serving.encoders.encoding import MediaEncoder
-    from serving.encoders.pools import ImageEmbedding, VisionGeometry
+    from serving.encoders.families import ImageEmbedding
     from serving.media.images import LoadedImage
     from serving.pools import ModelPool
     from tests import media
 
     class ShuffledVision:
         identity = "shuffled"
-        geometry = VisionGeometry(14, 2, 56 * 56, 224 * 224)
 
         async def encode(self, image):
             seed = image.getpixel((0, 0))[0]

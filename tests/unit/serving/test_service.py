@@ -6,7 +6,7 @@ import asyncio
 import pytest
 
 from api.chat.protocol import ChatMessage
-from serving.encoders.pools import EncoderFailure, VisionGeometry
+from serving.encoders.pools import EncoderFailure
 from serving.engines.base import GenerationParams
 from serving.errors import EngineUnavailable, PermissionDenied
 from serving.service import GenerationRequest
@@ -16,7 +16,6 @@ from tests.stubs import RecordingCaller, StubEngine, harness
 
 class _BrokenVision:
     identity = "broken"
-    geometry = VisionGeometry(14, 2, 56 * 56, 224 * 224)
 
     async def encode(self, image):
         raise EncoderFailure("the vision encoder pool is overloaded", reason="overloaded")

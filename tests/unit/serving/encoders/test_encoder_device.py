@@ -10,31 +10,30 @@ from transformers import AutoConfig
 
 import tessera.pools
 from config.settings import Settings
-from demo.checkpoints import build_demo_checkpoints
+from serving.encoders.families import family_for
 from serving.encoders.placement import EncoderPlacement
 from serving.encoders.pools import AudioFeaturePool, VisionEncoderPool
 from serving.engines.base import EngineCapacity
 from tests import media
-from tests.conftest import MODELS_DIR
 
 IMAGES = [((320, 240), 1), ((64, 64), 2), ((100, 300), 3)]
 
 
 @pytest.fixture(scope="module")
-def checkpoint() -> Path:
-    return build_demo_checkpoints(MODELS_DIR, ["small"], progress=lambda _: None)["small"]
+def checkpoint(small_checkpoint) -> Path:
+    return small_checkpoint
 
 
 @pytest.fixture(scope="module")
 def fp32(checkpoint):
-    pool = VisionEncoderPool(checkpoint, device="cpu", dtype="float32")
+    pool = VisionEncoderPool.for_checkpoint(checkpoint, device="cpu", dtype="float32")
     pool.load()
     return pool
 
 
 @pytest.fixture(scope="module")
 def bf16(checkpoint):
-    pool = VisionEncoderPool(checkpoint, device="cpu", dtype="bfloat16")
+    pool = VisionEncoderPool.for_checkpoint(checkpoint, device="cpu", dtype="bfloat16")
     pool.load()
     return pool
 
@@ -77,24 +76,26 @@ def test_placement_refusals_name_the_setting(device, dtype, gpus, message):
 def test_auto_asks_torch(checkpoint):
     expected = "cuda:0" if torch.cuda.is_available() else "cpu"
     assert EncoderPlacement.resolve("auto", "float32").device == expected
-    assert VisionEncoderPool(checkpoint).placement == EncoderPlacement(expected, "float32")
+    assert VisionEncoderPool.for_checkpoint(checkpoint).placement == EncoderPlacement(expected, "float32")
 
 
 def test_float16_on_cpu_is_refused_before_loading(checkpoint):
     with pytest.raises(ValueError, match="float16 needs a GPU"):
-        VisionEncoderPool(checkpoint, device="cpu", dtype="float16")
+        VisionEncoderPool.for_checkpoint(checkpoint, device="cpu", dtype="float16")
 
 
-def test_explicit_cpu_float32_matches_the_default_pool(checkpoint, fp32):
-    default = VisionEncoderPool(checkpoint)  # auto: the same identity wherever it lands, as the device is not in it
+def test_explicit_cpu_float32_matches_the_default_pool(checkpoint, fp32, small_counter):
+    default = VisionEncoderPool.for_checkpoint(
+        checkpoint
+    )  # auto: the same identity wherever it lands, as the device is not in it
     assert default.identity == fp32.identity
     emb = fp32.encode_batch([media.image(1)])[0]
     assert emb.embeds.dtype == torch.float32
     assert emb.embeds.device.type == "cpu"
-    assert emb.tokens == fp32.geometry.tokens_for(320, 240)
+    assert emb.tokens == small_counter.image(320, 240)
 
 
-def test_bf16_returns_cpu_float32_close_to_float32(fp32, bf16):
+def test_bf16_returns_cpu_float32_close_to_float32(fp32, bf16, small_counter):
     images = [media.image(seed, size) for size, seed in IMAGES]
     exact, low = fp32.encode_batch(images), bf16.encode_batch(images)
     for (size, _), a, b in zip(IMAGES, exact, low, strict=True):
@@ -102,7 +103,7 @@ def test_bf16_returns_cpu_float32_close_to_float32(fp32, bf16):
         assert b.embeds.device.type == "cpu"
         assert b.embeds.shape == a.embeds.shape
         assert b.grid_thw == a.grid_thw
-        assert b.tokens == bf16.geometry.tokens_for(*size)
+        assert b.tokens == small_counter.image(*size)
         relative = ((b.embeds - a.embeds).norm() / a.embeds.norm()).item()
         assert 0 < relative < 0.03  # really computed in bfloat16 (measured ~0.0065), and still the same tower
 
@@ -112,8 +113,8 @@ def test_dtype_is_part_of_the_identity(fp32, bf16):
     assert len(bf16.identity) == len(fp32.identity) == 64
 
 
-def test_warm_up_runs_a_real_batch_outside_the_stats(checkpoint):
-    pool = VisionEncoderPool(checkpoint, device="cpu")
+def test_warm_up_runs_a_real_batch_outside_the_stats(checkpoint, small_counter):
+    pool = VisionEncoderPool.for_checkpoint(checkpoint, device="cpu")
     pool.load()
     seen = []
 
@@ -124,15 +125,15 @@ def test_warm_up_runs_a_real_batch_outside_the_stats(checkpoint):
     pool.fault = record
     assert pool.warmup_s is None
     took = pool.warm_up()
-    side = pool.geometry.patch_size * pool.geometry.merge_size * 2
-    assert seen == [(pool.geometry.tokens_for(side, side), 256)]
+    side = 14 * pool.merge_size * 2
+    assert seen == [(small_counter.image(side, side), 256)]
     assert took > 0
     assert pool.warmup_s == took
     assert (pool.stats.batches, pool.stats.items, pool.stats.failures) == (0, 0, {})
 
 
 def test_audio_warm_up_computes_features_outside_the_stats(checkpoint):
-    audio = AudioFeaturePool(checkpoint)
+    audio = AudioFeaturePool(checkpoint, family_for("Qwen2_5OmniForConditionalGeneration"), None)
     assert audio.warm_up() > 0
     assert audio.warmup_s is not None
     assert (audio.stats.batches, audio.stats.items) == (0, 0)
@@ -154,7 +155,9 @@ def test_build_pool_places_and_warms_the_encoders(checkpoint):
     settings = Settings(encoder_device="cpu", encoder_dtype="bfloat16", encoder_threads=2)
 
     async def build():
-        built = await tessera.pools.build_pool(settings, 0, settings.pools[0], _LoadedEngine(checkpoint), 0)
+        engine = _LoadedEngine(checkpoint)
+        family = family_for("Qwen2_5OmniForConditionalGeneration")
+        built = await tessera.pools.build_pool(settings, 0, settings.pools[0], engine, 0, family)
         try:
             return built.vision, built.audio
         finally:
@@ -162,6 +165,8 @@ def test_build_pool_places_and_warms_the_encoders(checkpoint):
                 await built.vision.close()
             if built.audio is not None:
                 await built.audio.close()
+            if built.counter is not None:
+                built.counter.close()
 
     vision, audio = asyncio.run(build())
     assert vision is not None

@@ -1,28 +1,26 @@
-"""The vision encoder pool on the real small checkpoint's tower: batching, geometry and the NaN guard."""
+"""The vision encoder pool on the real small checkpoint's tower: batching, its sizes against the engine's own
+counts, and the NaN guard."""
 
 import asyncio
 
 import pytest
 import torch
 
-from demo.checkpoints import build_demo_checkpoints
-from serving.encoders.pools import EncoderFailure, VisionEncoderPool, audio_tokens_for
+from serving.encoders.pools import EncoderFailure, VisionEncoderPool
 from tests import media
-from tests.conftest import MODELS_DIR
 
 
 @pytest.fixture(scope="module")
-def pool():
-    path = build_demo_checkpoints(MODELS_DIR, ["small"], progress=lambda _: None)["small"]
-    vision = VisionEncoderPool(path, window_ms=20, max_batch=8)
+def pool(small_checkpoint):
+    vision = VisionEncoderPool.for_checkpoint(small_checkpoint, window_ms=20, max_batch=8)
     vision.load()
     return vision
 
 
-def test_header_geometry_matches_the_tower(pool):
+def test_the_engines_count_matches_the_tower(pool, small_counter):
     for size in [(320, 240), (64, 64), (1000, 300)]:
         emb = pool.encode_batch([media.image(1, size)])[0]
-        assert emb.tokens == pool.geometry.tokens_for(*size)
+        assert emb.tokens == small_counter.image(*size)
 
 
 def test_batched_and_single_encodes_agree(pool):
@@ -62,7 +60,8 @@ def test_non_finite_output_fails_only_that_image_and_is_counted(pool):
     assert pool.stats.failures["non_finite"] >= 1
 
 
-def test_audio_token_rule():
-    assert audio_tokens_for(2.0) == 50
-    assert audio_tokens_for(1.0) == 25
-    assert audio_tokens_for(30.0) == 750
+def test_the_engines_audio_count_for_the_omni_tower(small_counter):
+    """Qwen2.5-Omni's tower: 100 mel frames a second, two stride-2 reductions (25 tokens a second)."""
+    assert small_counter.audio_seconds(2.0) == 50
+    assert small_counter.audio_seconds(1.0) == 25
+    assert small_counter.audio_seconds(30.0) == 750

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
-from serving.encoders.pools import AudioFeatures, ImageEmbedding
+from serving.encoders.families import ADAPTERS, AudioEmbedding, AudioFeatures, ImageEmbedding, family_for
 from serving.engines.base import EngineRequest, GenerationParams, StructuredOutput
-from serving.engines.remote_wire import ReplicaFailed, StreamState, features_body, sampling_body
+from serving.engines.remote_wire import ReplicaFailed, StreamState, content_parts, features_body, sampling_body
 from serving.errors import InternalFailure
 
 IMAGE, AUDIO = 900, 901
+OMNI = family_for("Qwen2_5OmniForConditionalGeneration")
+CONFIG = SimpleNamespace(vision_config=SimpleNamespace(spatial_merge_size=2))
 
 
 def _request(**kw) -> EngineRequest:
@@ -46,10 +50,10 @@ def test_sampling_body_carries_every_field_vllm_needs():
 
 def test_features_expand_each_placeholder_to_its_medium_in_order():
     images = [ImageEmbedding(torch.zeros(4, 8), (1, 4, 4)), ImageEmbedding(torch.ones(2, 8), (1, 2, 4))]
-    audio = AudioFeatures(torch.zeros(128, 200), 200)
+    audio = AudioFeatures(torch.zeros(128, 200), 200, 50)
     request = _request(image_embeds=images, audio_features=[audio], media_keys={"image": ["ka", "kb"]})
     tokens = [1, IMAGE, 2, AUDIO, IMAGE, 3]
-    expanded, features = features_body(tokens, {"image": IMAGE, "audio": AUDIO}, 2, request)
+    expanded, features = features_body(tokens, {"image": IMAGE, "audio": AUDIO}, request, OMNI, CONFIG)
     assert features is not None
     assert expanded == [1, *[IMAGE] * 4, 2, *[AUDIO] * audio.tokens, *[IMAGE] * 2, 3]
     assert features["mm_placeholders"]["image"] == [
@@ -63,13 +67,58 @@ def test_features_expand_each_placeholder_to_its_medium_in_order():
 
 
 def test_features_without_media_send_the_prompt_as_is():
-    assert features_body([1, 2, 3], {"image": IMAGE}, 2, _request()) == ([1, 2, 3], None)
+    assert features_body([1, 2, 3], {"image": IMAGE}, _request(), OMNI, CONFIG) == ([1, 2, 3], None)
 
 
 def test_features_refuse_a_prompt_whose_placeholders_do_not_match():
     request = _request(image_embeds=[ImageEmbedding(torch.zeros(4, 8), (1, 4, 4))])
     with pytest.raises(InternalFailure):
-        features_body([1, 2], {"image": IMAGE}, 2, request)
+        features_body([1, 2], {"image": IMAGE}, request, OMNI, CONFIG)
+
+
+@pytest.mark.parametrize("family", ADAPTERS, ids=lambda a: a.name)
+def test_every_family_serializes_its_encoder_outputs_in_its_own_layout(family):
+    """Each adapter's fields go through vLLM's own field layout for its model, one kwargs item per medium."""
+    width = 16
+    images = [ImageEmbedding(torch.zeros(4, width), (1, 4, 4)), ImageEmbedding(torch.ones(2, width), (1, 2, 4))]
+    audio = (
+        AudioEmbedding(torch.ones(7, width), 30)
+        if family.audio_input == "embeds"
+        else AudioFeatures(torch.zeros(8, 30), 30, 7)
+    )
+    request = _request(
+        image_embeds=images if family.image_paths else None,
+        audio_features=[audio] if family.audio_paths else None,
+    )
+    tokens = [1] + ([IMAGE, IMAGE] if family.image_paths else []) + ([AUDIO] if family.audio_paths else []) + [2]
+    expanded, features = features_body(tokens, {"image": IMAGE, "audio": AUDIO}, request, family, CONFIG)
+    assert features is not None
+    if family.image_paths:
+        assert len(features["kwargs_data"]["image"]) == 2
+        assert expanded.count(IMAGE) == 6
+    if family.audio_paths:
+        assert len(features["kwargs_data"]["audio"]) == 1
+        assert expanded.count(AUDIO) == 7
+
+
+def test_a_replica_that_encodes_gets_raw_media_named_by_their_keys():
+    from PIL import Image
+
+    image = Image.new("RGB", (32, 16), (200, 10, 10))
+    request = _request(media_keys={"image": ["k-image"], "audio": ["k-audio"]})
+    request = EngineRequest(
+        request_id="r1",
+        prompt="",
+        images=[image],
+        audios=[(torch.zeros(1600).numpy(), 16000)],
+        params=GenerationParams(max_tokens=4),
+        media_keys={"image": ["k-image"], "audio": ["k-audio"]},
+    )
+    parts = content_parts(request)
+    assert [p["type"] for p in parts] == ["image_url", "audio_url"]
+    assert parts[0]["url"].startswith("data:image/png;base64,")
+    assert parts[1]["url"].startswith("data:audio/wav;base64,")
+    assert [p["uuid"] for p in parts] == ["k-image", "k-audio"]
 
 
 def _chunk(text: str, finish: str | None = None, index: int = 0, **extra) -> dict:
