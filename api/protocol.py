@@ -24,6 +24,10 @@ class ModelCard(BaseModel):
     aliases: list[str] = Field(default_factory=list)
     kind: Literal["chat", "embedding", "transcription"] = "chat"  # what the pool serves
     endpoints: list[str] = Field(default_factory=list)  # the routes that take it as `model`
+    architecture: str | None = None  # the checkpoint's architecture (chat pools)
+    # Where each medium is encoded: `gateway` (Tessera's encoder pools and embedding cache), `features` (the gateway
+    # computes the tower's input, the engine runs the tower) or `engine`.
+    encoding: dict[str, str] = Field(default_factory=dict)
 
 
 class ModelList(BaseModel):

@@ -7,7 +7,7 @@ from typing import Any
 
 from serving.encoders.cache import EmbeddingCache
 from serving.metrics import ServerMetrics
-from serving.pools import PoolRegistry
+from serving.pools import PoolRegistry, encoding_places
 
 
 def live_figures(metrics: ServerMetrics, pools: PoolRegistry, cache: EmbeddingCache | None) -> dict[str, Any]:
@@ -21,6 +21,8 @@ def live_figures(metrics: ServerMetrics, pools: PoolRegistry, cache: EmbeddingCa
         rows.append(
             {
                 "name": pool.name,
+                "architecture": pool.architecture,
+                "encoding": encoding_places(pool),
                 "up": pool.engine.is_healthy(),
                 "rps": recent.get("rps", 0.0),
                 "ttft_p50_ms": recent.get("ttft_p50_ms"),

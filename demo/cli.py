@@ -119,9 +119,8 @@ def calibrate_demo(args: argparse.Namespace) -> None:
     )
 
 
-def add_models_parser(sub: Any) -> None:
-    """Adds `models build-demo`, `models train-demo` and `models calibrate-demo`."""
-    models = sub.add_parser("models", help="Manage checkpoints.").add_subparsers(dest="models_command", required=True)
+def add_models_parser(models: Any) -> None:
+    """Adds `build-demo`, `train-demo` and `calibrate-demo` to the product's `models` group (tessera.models_cli)."""
     demo = models.add_parser("build-demo", help="Build the demo checkpoints offline (seeded, deterministic).")
     demo.add_argument("names", nargs="*", help="Which demo checkpoints (default: all).")
     demo.add_argument("--force", action="store_true", help="Rebuild even if present.")

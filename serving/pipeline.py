@@ -64,8 +64,10 @@ class Pipeline:
     async def auto_pool(
         self, plan: MessagePlan, prompt: RenderedPrompt, probed: list[ProbedMedia]
     ) -> tuple[ModelPool, str]:
-        """`auto`: weigh modalities, size, text and headroom."""
-        estimate = await self.estimate(prompt, probed, self.first_pool())
+        """`auto`: weigh modalities, size, text and headroom. Media are counted by the first pool that takes them
+        all (pools of different families count a medium differently; routing needs its size, not its exact bill)."""
+        counting = next((p for p in self.pools.pools if plan.modalities <= set(p.modalities)), None)
+        estimate = await self.estimate(prompt, probed, counting)
         return self._route(RouteRequest(AUTO, plan.modalities, estimate, " ".join(plan.user_texts())))
 
     def _route(self, request: RouteRequest) -> tuple[ModelPool, str]:

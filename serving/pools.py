@@ -118,15 +118,15 @@ class ModelPool:
 
 
 def encoding_places(pool: ModelPool) -> dict[str, str]:
-    """Where each medium a chat pool takes is encoded: `gateway` (Tessera's encoder pools and embedding cache) or
-    `engine` (the engine's own towers)."""
+    """Where each medium a chat pool takes is encoded: `gateway` (Tessera's encoder pools and embedding cache),
+    `features` (the gateway computes and caches the tower's input, the engine runs the tower) or `engine`."""
     places = {}
     if "image" in pool.modalities:
         places["image"] = "gateway" if pool.vision is not None else "engine"
     if "audio" in pool.modalities:
         where = "engine"
         if pool.audio is not None:
-            where = "gateway" if pool.audio.embeds else "gateway (features; the engine runs the tower)"
+            where = "gateway" if pool.audio.embeds else "features"
         places["audio"] = where
     return places
 

@@ -1,5 +1,6 @@
-"""The `tessera` command: `serve` (the embedded default with no arguments), `tenants`, `keys`, `bench`, `eval`, and
-the demo factory's `models build-demo`/`train-demo`/`calibrate-demo` (demo.cli)."""
+"""The `tessera` command: `serve` (the embedded default with no arguments), `tenants`, `keys`, `bench`, `eval`,
+`models inspect` (tessera.models_cli), and the demo factory's `models build-demo`/`train-demo`/`calibrate-demo`
+(demo.cli)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from bench.cli import add_bench_parser
 from config.settings import Settings
 from demo.cli import add_golden_parser, add_models_parser, run_golden, run_models
 from grounding.eval_cli import add_eval_parser
+from tessera.models_cli import add_models_parser as add_product_models_parser
+from tessera.models_cli import run_inspect
 
 
 def _serve_parser(sub: Any) -> None:
@@ -172,7 +175,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="tessera", description="Tessera: OpenAI-compatible multimodal server.")
     sub = parser.add_subparsers(dest="command")
     _serve_parser(sub)
-    add_models_parser(sub)
+    add_models_parser(add_product_models_parser(sub))
     tenants = sub.add_parser("tenants", help="Manage tenants.").add_subparsers(dest="tenants_command", required=True)
     tc = tenants.add_parser("create", help="Create a tenant.")
     tc.add_argument("name")
@@ -195,6 +198,9 @@ def main(argv: list[str] | None = None) -> None:
         settings = settings_from_args(args)
         _configure_logging(settings.log_level)
         serve(settings)
+    elif command == "models" and args.models_command == "inspect":
+        _configure_logging("WARNING")
+        run_inspect(args)
     elif command == "models":
         _configure_logging("INFO" if args.models_command == "build-demo" else "WARNING")
         run_models(args)

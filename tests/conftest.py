@@ -128,7 +128,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, fake_stripe) -> Iterator[Li
 
 # A session server that only a few tests use is stopped after the last of them (they run first, see below), so
 # its memory is free again before the fleet's replicas start: the machine cannot hold them all at once.
-EARLY_RELEASED = ("large_server",)
+EARLY_RELEASED = ("large_server", "families_server")
 EARLY_RELEASE: dict[str, Iterator[LiveServer]] = {}
 
 

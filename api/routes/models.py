@@ -1,4 +1,5 @@
-"""GET /v1/models and /v1/models/{id}: the pools, with their modalities and context length."""
+"""GET /v1/models and /v1/models/{id}: the pools, with their modalities, context length, architecture and where
+each medium is encoded."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from litestar.params import FromPath
 from api.openapi import errors
 from api.protocol import ModelCard, ModelList
 from serving.errors import NotFound
-from serving.pools import ModelPool, PoolRegistry, TaskPool
+from serving.pools import ModelPool, PoolRegistry, TaskPool, encoding_places
 from tenancy.directory import Principal
 
 ENDPOINTS = {
@@ -32,6 +33,8 @@ def _card(pool: ModelPool | TaskPool) -> ModelCard:
         aliases=pool.aliases,
         kind=kind,  # type: ignore[arg-type]
         endpoints=endpoints,
+        architecture=None if isinstance(pool, TaskPool) else pool.architecture or None,
+        encoding={} if isinstance(pool, TaskPool) else encoding_places(pool),
     )
 
 

@@ -30,7 +30,9 @@ def test_admin_console_lowers_a_tenants_tpm_and_the_api_refuses(server, browser,
     client.chat.completions.create(model="small", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
     wait_until(page, "Number(document.getElementById('live-rps').innerText) > 0", timeout=15_000)
     small = page.locator("#live-pools tr[data-pool='small']")
-    assert "ms" in small.locator("td").nth(2).inner_text()
+    assert "ms" in small.locator("td").nth(4).inner_text()
+    assert small.locator("td[data-field='architecture']").inner_text() == "Qwen2_5OmniForConditionalGeneration"
+    assert small.locator("td[data-field='encoding']").inner_text() == "image: gateway, audio: features"
     assert page.locator("#live-cache").inner_text()
     shoot(page, "admin-overview")
 
