@@ -79,6 +79,7 @@ def serve(settings: Settings) -> None:
 
     from demo.checkpoints import resolve_demo_pools
     from tessera.app import create_app
+    from tessera.pools import preflight
     from tessera.state import AppState
 
     def announce(state: AppState) -> None:
@@ -98,6 +99,10 @@ def serve(settings: Settings) -> None:
         admin = "" if settings.admin_key else "  (admin area: set TESSERA_ADMIN_KEY or issue a key with --admin)"
         print(f"  console:  {console}  (sign in with the api key){admin}", flush=True)
 
+    try:
+        preflight(settings)
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
     app = create_app(settings, on_ready=announce, checkpoints=resolve_demo_pools)
     uvicorn.run(
         app,

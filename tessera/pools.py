@@ -90,6 +90,16 @@ async def start_pools(
     return PoolRegistry(pools, tasks)
 
 
+def preflight(settings: Settings) -> None:
+    """The start-up checks that need no engine and no demo build, for the command line to run before the server
+    starts: an encoder placement this machine cannot honour, and a pool whose checkpoint (named by path) has no
+    adapter while `encoder_pools` is true. Raises ValueError naming the setting."""
+    EncoderPlacement.resolve(settings.encoder_device, settings.encoder_dtype)
+    for pool in settings.pools:
+        if pool.kind == "chat" and pool.model:
+            _gateway_family(pool, pool.model)
+
+
 def _gateway_family(pool: PoolSettings, path: str) -> FamilyAdapter | None:
     architecture = checkpoint_architecture(Path(path))
     return gateway_family(pool.name, architecture, pool.encoder_pools)
