@@ -1,5 +1,5 @@
 # Tessera: `make run` serves the embedded default, `make test` runs the whole suite and every bench's --smoke.
-.PHONY: setup run test lint typecheck unit integration demo-models bench bench-smoke clean
+.PHONY: setup run test lint typecheck unit integration test-families demo-models bench bench-smoke clean
 
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -29,6 +29,11 @@ unit: setup
 
 integration: setup
 	$(PY) -m pytest tests/integration -q
+
+# The family matrix: every adapted family in process and on a remote replica, gateway- and engine-encoded side by
+# side (about 15 minutes on 2 cores); cells in artifacts/families-matrix.json, quoted by docs/families.md.
+test-families: setup
+	TESSERA_FAMILY_MATRIX=1 $(PY) -m pytest tests/integration/families -q
 
 # Each bench once with tiny counts (every step, live server included), so a change that breaks a bench fails
 # the build. One live server at a time; results in artifacts/bench-smoke/.

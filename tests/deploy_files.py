@@ -109,7 +109,8 @@ def _raw_pools(env: Mapping[str, str]) -> list[Doc]:
     for pool in pools:
         assert set(pool) <= POOL_KEYS, f"unknown pool keys {set(pool) - POOL_KEYS}"
         assert pool["replicas"], f"pool {pool['name']} lists no replica"
-        assert pool.get("encoder_pools", True), "a remote pool needs encoder_pools: replicas take encoder outputs"
+        # The manifests' replicas run with --mm-processor-cache-gb 0, which suits gateway-encoded media only.
+        assert pool.get("encoder_pools", "auto") is not False, "these replicas expect the gateway's encoder outputs"
     assert len({p["name"] for p in pools}) == len(pools)
     return pools
 
