@@ -108,3 +108,29 @@ def test_importing_the_app_loads_no_demo_module():
     )
     out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# Model-specific code (transformers' and vLLM's per-architecture modules) is reached only through a family adapter;
+# the engine-side plugin that fixes vLLM's Omni embeddings path is loaded into engine processes by its entry point.
+FAMILY_HOMES = ("serving/encoders/families/", "serving/engines/vllm_patches.py")
+MODEL_MODULES = ("transformers.models.", "vllm.model_executor.models")
+
+
+def _module_imports(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def test_nothing_in_serving_outside_the_family_adapters_imports_a_models_own_code():
+    offenders = []
+    for path in sorted((REPO / "serving").rglob("*.py")):
+        rel = path.relative_to(REPO).as_posix()
+        if rel.startswith(FAMILY_HOMES):
+            continue
+        offenders += [f"{rel}: {name}" for name in _module_imports(path) if name.startswith(MODEL_MODULES)]
+    assert offenders == []
