@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 # Bumping this rebuilds every family checkpoint on its next use.
-BUILDER_VERSION = 1
+BUILDER_VERSION = 2  # 2: the tokenizer splits words as Qwen2's does (AutoTokenizer's Qwen2Tokenizer agrees)
 MANIFEST_NAME = "tessera-family.json"
 
 FAMILIES: tuple[str, ...] = (
@@ -83,12 +83,15 @@ OMNI_TOKENS = {
 }
 AUDIO_TOKENS = {"audio_token": "<|AUDIO|>", "audio_bos_token": "<|audio_bos|>", "audio_eos_token": "<|audio_eos|>"}
 
-VISION_MARKERS = {
+Markers = dict[tuple[str, ...], str]
+VISION_MARKERS: Markers = {
     ("image", "image_url", "image_embeds"): "<|vision_start|><|image_pad|><|vision_end|>",
     ("video", "video_url"): "<|vision_start|><|video_pad|><|vision_end|>",
 }
-OMNI_MARKERS = VISION_MARKERS | {("audio", "audio_url", "input_audio"): "<|audio_start|><|audio_pad|><|audio_end|>"}
-AUDIO_MARKERS = {("audio", "audio_url", "input_audio"): "<|audio_bos|><|AUDIO|><|audio_eos|>"}
+OMNI_MARKERS: Markers = VISION_MARKERS | {
+    ("audio", "audio_url", "input_audio"): "<|audio_start|><|audio_pad|><|audio_end|>"
+}
+AUDIO_MARKERS: Markers = {("audio", "audio_url", "input_audio"): "<|audio_bos|><|AUDIO|><|audio_eos|>"}
 
 # The text the tokenizer's merges are learnt from: plain English, with the chat roles (as ChatML writes them, at the
 # start of a line) whole words.
@@ -117,7 +120,7 @@ class Family:
     architecture: str  # the class vLLM registers, and transformers' class that writes the weights
     seed: int
     media_tokens: dict[str, str] = field(default_factory=dict)
-    markers: dict[tuple[str, ...], str] = field(default_factory=dict)
+    markers: Markers = field(default_factory=dict)
     # Where transformers' save_pretrained strays from the family's published layout, which vLLM loads: (module
     # prefix, saved prefix) pairs the weights are written with instead, and whether the fused expert tensors are
     # saved as [experts, in, out] (transformers 5.19 writes its own [experts, out, in]).
@@ -244,13 +247,22 @@ def _rewrite_weights(model: Any, staging: Path, spec: Family) -> None:
 
 
 def build_tokenizer(spec: Family) -> Any:
-    """A byte-level BPE tokenizer (any text encodes) with ChatML's and the family's special tokens first."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    """A byte-level BPE tokenizer (any text encodes) with ChatML's and the family's special tokens first. It splits
+    words as Qwen2's tokenizer does, so transformers' Qwen2Tokenizer (which AutoTokenizer picks for `qwen2` models)
+    encodes exactly as it does."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
+    from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 
     specials = list(dict.fromkeys([*CHATML_TOKENS.values(), *spec.media_tokens.values()]))
     bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.normalizer = normalizers.NFC()
+    bpe.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     bpe.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=BPE_VOCAB,
@@ -273,7 +285,7 @@ def build_tokenizer(spec: Family) -> Any:
     return tokenizer
 
 
-def chat_template(markers: dict[tuple[str, ...], str]) -> str:
+def chat_template(markers: Markers) -> str:
     """ChatML with no default system turn: string content as is, content parts as text or the family's markers."""
     branches = "".join(
         f"{{%- elif part['type'] in {list(types)!r} -%}}{{{{ '{marker}' }}}}" for types, marker in markers.items()

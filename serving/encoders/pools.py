@@ -136,7 +136,8 @@ class VisionEncoderPool:
     def _describe(self) -> str:
         image = image_processor_config(self.checkpoint)
         pre = {k: image.get(k) for k in sorted(image) if k not in ("processor_class",)}
-        tower = self.family.vision_prefixes[0] if self.family.vision_prefixes else self.family.name
+        # The tower's weight prefix (`thinker.visual` for the Omni thinkers, as before adapters), else the family.
+        tower = self.family.vision_prefixes[0].rstrip(".") if self.family.vision_prefixes else self.family.name
         return encoder_identity(self.checkpoint, tower, pre, dtype=self.placement.dtype)
 
     def load(self) -> None:
