@@ -101,6 +101,7 @@ class Replica:
     runner: str = "generate"  # or `pooling`: an embedding pool's replica
     otlp_endpoint: str | None = None  # where the replica sends its `llm_request` spans (`--otlp-traces-endpoint`)
     kv_cache_bytes: int | None = None  # its KV cache (`--kv-cache-memory-bytes`) instead of REPLICA_ENV's 1 GiB
+    extra_args: tuple[str, ...] = ()  # more `vllm serve` flags (an encoder tier's `--ec-transfer-config`, say)
 
     @property
     def url(self) -> str:
@@ -116,6 +117,7 @@ class Replica:
             # vLLM-CPU lets VLLM_CPU_KVCACHE_SPACE override the flag, so the variable must go.
             env.pop("VLLM_CPU_KVCACHE_SPACE", None)
             command += ["--kv-cache-memory-bytes", str(self.kv_cache_bytes)]
+        command += list(self.extra_args)
         if self.otlp_endpoint:
             command += ["--otlp-traces-endpoint", self.otlp_endpoint]
             env |= {"OTEL_SERVICE_NAME": f"vllm-{self.name}", "OTEL_EXPORTER_OTLP_TRACES_INSECURE": "true"}

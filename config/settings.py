@@ -69,6 +69,13 @@ class PoolSettings(BaseModel):
         description="Transcription pools: audio tokens a second of audio counts as against token quotas (Whisper's "
         "encoder holds 50 positions a second).",
     )
+    encoder_replicas: list[str] = Field(
+        default_factory=list,
+        description="Chat pools on replicas: base URLs of vLLM encoder-only instances (`vllm serve --mm-encoder-only "
+        "--enable-scale-out`, an `ec_producer`) that share an encoder-cache store with the pool's replicas (each an "
+        "`ec_consumer`). Media the gateway sends raw are encoded there first and the replica loads the result; "
+        "empty: each replica encodes its own raw media. See docs/fleet.md, 'An encoder tier of vLLM's own'.",
+    )
     replicas: list[str] = Field(
         default_factory=list,
         description="Base URLs of remote `vllm serve --enable-scale-out` replicas serving `model`; empty: an "

@@ -8,7 +8,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from serving.encoders.families import EnginePath, architecture_of, family_for
+from serving.encoders.families import EnginePath, FamilyAdapter, Medium, architecture_of, family_for
 
 SAMPLE_IMAGE = (640, 480)
 SAMPLE_CLIP_S = 10.0
@@ -45,20 +45,14 @@ def inspect_checkpoint(path: Path, name: str | None = None) -> dict[str, Any]:
     architecture = architecture_of(config)
     family = family_for(architecture)
     media_config = getattr(config, "thinker_config", None) or config
-    modalities = ["text"] + [
-        m for m, attr in (("image", "vision_config"), ("audio", "audio_config")) if getattr(media_config, attr, None)
-    ]
+    media: list[Medium] = []
+    if getattr(media_config, "vision_config", None) is not None:
+        media.append("image")
+    if getattr(media_config, "audio_config", None) is not None:
+        media.append("audio")
+    modalities = ["text", *media]
     paths: tuple[EnginePath, ...] = ("inprocess", "remote")
-    encoding = {
-        path_name: {
-            m: ("gateway" if family.audio_input == "embeds" or m == "image" else "features")
-            if family is not None and family.encodes(m, path_name)
-            else "engine"
-            for m in modalities
-            if m != "text"
-        }
-        for path_name in paths
-    }
+    encoding = {p: {m: _place(family, m, p) for m in media} for p in paths}
     tokens: dict[str, int] = {}
     if len(modalities) > 1:
         from serving.encoders.counting import MediaTokenCounter
@@ -82,6 +76,13 @@ def inspect_checkpoint(path: Path, name: str | None = None) -> dict[str, Any]:
         "embedding_cache": {p: [m for m, where in encoding[p].items() if where != "engine"] for p in paths},
         "replica_command": _replica_command(path, name or path.name, keep_processor_cache=remote_raw),
     }
+
+
+def _place(family: FamilyAdapter | None, medium: Medium, path: EnginePath) -> str:
+    """Where a medium is encoded, as /v1/models says it (serving.pools.encoding_places)."""
+    if family is None or not family.encodes(medium, path):
+        return "engine"
+    return "features" if medium == "audio" and family.audio_input == "features" else "gateway"
 
 
 def _replica_command(path: Path, name: str, *, keep_processor_cache: bool) -> str:

@@ -154,8 +154,11 @@ def _english_only(hf_config: Any) -> bool:
 
 
 def _remote_settings(settings: Settings, pool: PoolSettings) -> RemoteSettings:
+    if pool.encoder_replicas and not pool.replicas:
+        raise ValueError(f"pool '{pool.name}': encoder_replicas serve a pool on replicas; it lists none")
     return RemoteSettings(
         urls=tuple(u.rstrip("/") for u in pool.replicas),
+        encoder_urls=tuple(u.rstrip("/") for u in pool.encoder_replicas),
         policy=settings.fleet_policy,
         scrape_interval_s=settings.fleet_scrape_interval_s,
         connect_timeout_s=settings.fleet_connect_timeout_s,

@@ -26,6 +26,7 @@ failure ends the stream with an error.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import time
@@ -72,6 +73,8 @@ class RemoteSettings:
     connect_timeout_s: float = 2.0
     read_timeout_s: float = 300.0  # longest silence on a stream, queueing included
     startup_wait_s: float = 600.0  # how long start-up waits for a first replica to answer
+    # vLLM encoder-only instances (ec_producer) sharing an encoder-cache store with the replicas (ec_consumer).
+    encoder_urls: tuple[str, ...] = ()
 
 
 class RemoteEngine:
@@ -88,6 +91,7 @@ class RemoteEngine:
         tokenizer: Any,
         capacity: EngineCapacity,
         media_token_ids: dict[str, int],
+        encoders: tuple[str, ...] = (),
     ) -> None:
         self.name = name
         self.model_path = model_path
@@ -100,6 +104,8 @@ class RemoteEngine:
         self.architecture = architecture_of(hf_config)
         self.family = family_for(self.architecture)  # how encoder outputs reach the replicas; None: they encode all
         self._where: dict[str, Replica] = {}  # request id -> the replica running it
+        self._encoders = encoders  # vLLM encoder-only instances in front of the replicas
+        self.encoder_stats = {"encoded": 0, "failed": 0}
 
     @classmethod
     async def connect(cls, name: str, checkpoint: Path, settings: RemoteSettings) -> RemoteEngine:
@@ -150,6 +156,7 @@ class RemoteEngine:
             tokenizer=tokenizer,
             capacity=capacity,
             media_token_ids=media_token_ids(hf_config),
+            encoders=settings.encoder_urls,
         )
 
     async def close(self) -> None:
@@ -208,6 +215,8 @@ class RemoteEngine:
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineDelta]:
         body = await asyncio.to_thread(self._body, request)
+        if self._encoders and body.get("content_parts"):
+            await self._encode_first(body, request)
         tried: set[str] = set()
         while True:
             replica = self.picker.pick(request.affinity, exclude=tried)
@@ -242,6 +251,30 @@ class RemoteEngine:
             finally:
                 self._where.pop(request.request_id, None)
             assert not started
+
+    async def _encode_first(self, body: dict[str, Any], request: EngineRequest) -> None:
+        """Has an encoder-only instance encode the request's raw media into the shared encoder-cache store, where
+        the replica that decodes it finds them by the same identity. A repeated medium goes to the same instance.
+        Failing that, the replica encodes them itself: the request goes on, only slower."""
+        key = request.affinity or request.request_id
+        url = self._encoders[int(hashlib.sha256(key.encode()).hexdigest(), 16) % len(self._encoders)]
+        prefill = {
+            **body,
+            "request_id": f"{request.request_id}-encode",
+            "sampling_params": {**body["sampling_params"], "max_tokens": 1, "n": 1},
+            "stream": False,
+        }
+        prefill.pop("stream_options", None)
+        try:
+            resp = await self._client.post(url + GENERATE_PATH, json=prefill, headers=request.trace_headers)
+            if resp.status_code >= 400:
+                raise httpx.HTTPStatusError(error_message(resp.content), request=resp.request, response=resp)
+            self.encoder_stats["encoded"] += 1
+        except httpx.HTTPError as exc:
+            self.encoder_stats["failed"] += 1
+            logger.warning(
+                "request %s: encoder instance %s failed (%s); the replica encodes", request.request_id, url, exc
+            )
 
     def _body(self, request: EngineRequest) -> dict[str, Any]:
         token_ids = request.prompt_token_ids
