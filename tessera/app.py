@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import gc
 import hashlib
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -118,6 +119,11 @@ def create_app(
     async def lifespan(_: Litestar) -> AsyncIterator[None]:
         async with state_factory(settings) as state:
             slot.set(state)
+            # Everything built at start-up (vLLM, transformers, the engines' processors: about 700k objects) lives as
+            # long as the server; frozen out of the collector, a full collection scans only what requests allocate,
+            # instead of stalling the event loop for 0.4 s (measured) in the middle of traffic.
+            gc.collect()
+            gc.freeze()
             if on_ready is not None:
                 on_ready(state)
             try:
