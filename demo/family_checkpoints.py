@@ -60,6 +60,14 @@ MOE = {
 MIN_PIXELS = 56 * 56
 MAX_PIXELS = 224 * 224
 MEL_BINS = 128
+# Every family's audio tower: 2 layers 64 wide with one head.
+AUDIO_TOWER = {
+    "num_mel_bins": MEL_BINS,
+    "encoder_layers": 2,
+    "encoder_attention_heads": 1,
+    "encoder_ffn_dim": 128,
+    "d_model": 64,
+}
 VOCAB_MULTIPLE = 64
 BPE_VOCAB = 512
 
@@ -392,15 +400,7 @@ def _qwen3_omni_moe_config(ids: TokenIds, vocab_size: int) -> Any:
     from transformers import Qwen3OmniMoeConfig
 
     text = _text_config(ids, vocab_size, interleaved=True) | {"head_dim": HEAD_DIM} | MOE
-    audio = {
-        "num_mel_bins": MEL_BINS,
-        "encoder_layers": 2,
-        "encoder_attention_heads": 1,
-        "encoder_ffn_dim": 128,
-        "d_model": 64,
-        "output_dim": TEXT_HIDDEN,
-        "downsample_hidden_size": 32,
-    }
+    audio = AUDIO_TOWER | {"output_dim": TEXT_HIDDEN, "downsample_hidden_size": 32}
     thinker = {
         "text_config": text,
         # vLLM's Qwen3-Omni tower reads these, as the published config.json has them: the position grid's side in
@@ -431,13 +431,7 @@ def _qwen3_omni_moe_config(ids: TokenIds, vocab_size: int) -> Any:
 def _qwen2_audio_config(ids: TokenIds, vocab_size: int) -> Any:
     from transformers import Qwen2AudioConfig
 
-    audio = {
-        "num_mel_bins": MEL_BINS,
-        "encoder_layers": 2,
-        "encoder_attention_heads": 1,
-        "encoder_ffn_dim": 128,
-        "d_model": 64,
-    }
+    audio = dict(AUDIO_TOWER)
     text = _text_config(ids, vocab_size, mrope=False) | {"model_type": "qwen2"}
     return Qwen2AudioConfig(audio_config=audio, text_config=text, audio_token_index=ids["audio_token"])
 

@@ -15,8 +15,8 @@ import pytest
 from demo.family_checkpoints import build_family_checkpoint
 from tests import media
 from tests.conftest import ADMIN_KEY, API_KEY, EARLY_RELEASE, MODELS_DIR, LiveServer, free_port, run_server
+from tests.integration.test_pipeline import _greedy
 
-MAX_TOKENS = 6
 ENGINE_FLAGS = {"kv_cache_gib": 0.125, "max_model_len": 2048, "max_num_seqs": 4}
 
 
@@ -53,17 +53,6 @@ def families(families_server: LiveServer):
     return openai_client(families_server.v1, API_KEY, timeout=120)
 
 
-def _greedy(client, model, parts):
-    resp = client.chat.completions.create(
-        model=model,
-        messages=[{"role": "user", "content": parts}],
-        max_tokens=MAX_TOKENS,
-        temperature=0,
-        extra_body={"ignore_eos": True, "return_token_ids": True},
-    )
-    return resp, resp.choices[0].model_extra["token_ids"], resp.model_extra["prompt_token_ids"]
-
-
 def _image(seed, size=(640, 480)):
     return {"type": "image_url", "image_url": {"url": media.png_data_url(seed, size)}}
 
@@ -78,8 +67,8 @@ def _details(resp):
 
 def test_qwen2_5_vl_encoded_in_the_gateway_answers_as_the_engine_does(families):
     parts = [{"type": "text", "text": "Describe the image."}, _image(11), _image(12, (224, 224))]
-    gateway, gateway_tokens, gateway_prompt = _greedy(families, "vl", parts)
-    engine, engine_tokens, engine_prompt = _greedy(families, "vl-engine", parts)
+    gateway, gateway_tokens, gateway_prompt = _greedy(families, model="vl", parts=parts)
+    engine, engine_tokens, engine_prompt = _greedy(families, model="vl-engine", parts=parts)
     assert (gateway_tokens, gateway_prompt) == (engine_tokens, engine_prompt)
     # 640x480 and 224x224 at 224² max pixels, 14 px patches merged 2x2: 54 and 64 tokens, as the engine placed them.
     assert _details(gateway).image_tokens == _details(engine).image_tokens == 54 + 64
@@ -88,8 +77,8 @@ def test_qwen2_5_vl_encoded_in_the_gateway_answers_as_the_engine_does(families):
 
 def test_a_repeated_image_is_an_embedding_cache_hit(families):
     parts = [{"type": "text", "text": "Again?"}, _image(21)]
-    miss, miss_tokens, _ = _greedy(families, "vl", parts)
-    hit, hit_tokens, _ = _greedy(families, "vl", parts)
+    miss, miss_tokens, _ = _greedy(families, model="vl", parts=parts)
+    hit, hit_tokens, _ = _greedy(families, model="vl", parts=parts)
     assert _details(miss).model_extra["cached_image_tokens"] == 0
     assert _details(hit).model_extra["cached_image_tokens"] == _details(hit).image_tokens == 54
     assert hit_tokens == miss_tokens
@@ -97,24 +86,24 @@ def test_a_repeated_image_is_an_embedding_cache_hit(families):
 
 def test_qwen2_audio_embeddings_from_the_gateway_answer_as_the_engine_does(families):
     parts = [{"type": "text", "text": "What does the speaker say?"}, _clip(2.5)]
-    gateway, gateway_tokens, gateway_prompt = _greedy(families, "hear", parts)
-    engine, engine_tokens, engine_prompt = _greedy(families, "hear-engine", parts)
+    gateway, gateway_tokens, gateway_prompt = _greedy(families, model="hear", parts=parts)
+    engine, engine_tokens, engine_prompt = _greedy(families, model="hear-engine", parts=parts)
     assert (gateway_tokens, gateway_prompt) == (engine_tokens, engine_prompt)
     assert _details(gateway).audio_tokens == _details(engine).audio_tokens == 62  # 250 mel frames: (125 - 2) // 2 + 1
 
 
 def test_a_repeated_clip_skips_the_audio_tower(families, families_server):
     parts = [{"type": "text", "text": "Once more."}, _clip(1.5)]
-    miss, miss_tokens, _ = _greedy(families, "hear", parts)
-    hit, hit_tokens, _ = _greedy(families, "hear", parts)
+    miss, miss_tokens, _ = _greedy(families, model="hear", parts=parts)
+    hit, hit_tokens, _ = _greedy(families, model="hear", parts=parts)
     assert _details(miss).model_extra["cached_audio_tokens"] == 0
     assert _details(hit).model_extra["cached_audio_tokens"] == _details(hit).audio_tokens > 0
     assert hit_tokens == miss_tokens
 
 
 def test_auto_sends_each_medium_to_a_family_that_takes_it(families):
-    heard, _, _ = _greedy(families, "auto", [{"type": "text", "text": "Listen."}, _clip(1.0)])
-    seen, _, _ = _greedy(families, "auto", [{"type": "text", "text": "Look."}, _image(31)])
+    heard, _, _ = _greedy(families, model="auto", parts=[{"type": "text", "text": "Listen."}, _clip(1.0)])
+    seen, _, _ = _greedy(families, model="auto", parts=[{"type": "text", "text": "Look."}, _image(31)])
     assert heard.model in ("hear", "hear-engine")
     assert seen.model in ("vl", "vl-engine")
 
@@ -123,7 +112,7 @@ def test_an_image_to_the_audio_family_is_a_clear_400(families):
     from openai import BadRequestError
 
     with pytest.raises(BadRequestError) as err:
-        _greedy(families, "hear", [{"type": "text", "text": "Look."}, _image(41)])
+        _greedy(families, model="hear", parts=[{"type": "text", "text": "Look."}, _image(41)])
     assert "image" in str(err.value)
 
 
