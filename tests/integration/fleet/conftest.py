@@ -41,6 +41,22 @@ def embedding_replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seq
 
 
 @pytest.fixture(scope="package")
+def vl_replica(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replica]:
+    """A replica of another family (a tiny Qwen2.5-VL), started (not yet waited for) with the others, so that they
+    load at once."""
+    from demo.family_checkpoints import build_family_checkpoint
+
+    path = build_family_checkpoint("qwen2_5_vl", MODELS_DIR / "families" / "qwen2_5_vl")
+    logs = tmp_path_factory.mktemp("vl-replica")
+    replica = Replica(path, "vl", free_port(), logs / "vl.log", kv_cache_bytes=256 << 20)
+    try:
+        replica.start()
+        yield replica
+    finally:
+        replica.stop()
+
+
+@pytest.fixture(scope="package")
 def otlp_receiver() -> Iterator[OtlpReceiver]:
     """Where the fleet's gateways and chat replicas send their spans (gRPC), for the trace test."""
     receiver = OtlpReceiver().start()
@@ -50,7 +66,7 @@ def otlp_receiver() -> Iterator[OtlpReceiver]:
 
 @pytest.fixture(scope="package")
 def replicas(
-    tmp_path_factory: pytest.TempPathFactory, embedding_replicas, otlp_receiver
+    tmp_path_factory: pytest.TempPathFactory, embedding_replicas, vl_replica, otlp_receiver
 ) -> Iterator[Sequence[Replica]]:
     """Two replicas of their own; TESSERA_TEST_REPLICAS="URL,URL" reuses running ones while developing (the
     failover test then skips: it must kill and restart its replica)."""
