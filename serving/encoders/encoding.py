@@ -4,8 +4,7 @@ Images become the vision pool's embeddings and audio the audio pool's output (lo
 where the family's engine takes them), so the engine receives encoder outputs rather than raw media, in the fields
 the pool's family adapter names. A medium whose encoder output is cached (by encoder identity and content hash) is
 never encoded again; a cached entry is served only when its size is what the engine's own processor counts. When an
-encoder fails and the client
-allowed it, the request goes on without that medium and says so.
+encoder fails and the client allowed it, the request goes on without that medium and says so.
 """
 
 from __future__ import annotations
