@@ -11,7 +11,6 @@ from typing import Any
 
 from serving.admission import AdmissionController
 from serving.encoders.counting import MediaTokenCounter
-from serving.encoders.families import FamilyAdapter
 from serving.encoders.pools import AudioFeaturePool, VisionEncoderPool
 from serving.engines.base import EngineClient
 from serving.errors import RequestShapeError
@@ -64,7 +63,6 @@ class ModelPool:
     own_tokenizer: Any = None
 
     architecture: str = ""  # the checkpoint's `architectures[0]`
-    family: FamilyAdapter | None = None  # the adapter the gateway encodes with; None: the engine encodes every medium
     counter: MediaTokenCounter | None = None  # the engine's own media token counts; None for a text-only pool
     tool_parser: str | None = None  # vLLM's tool-call parser for `tool_choice: auto`
     # The support at which this pool's judgements hold, per form of question (grounding.models.JudgeThresholds),

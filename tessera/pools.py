@@ -183,7 +183,6 @@ async def build_pool(
     built.own_tokenizer = await asyncio.to_thread(AutoTokenizer.from_pretrained, checkpoint)
     built.judge_thresholds = checkpoint_judge_thresholds(checkpoint)
     built.architecture = architecture_of(engine.hf_config())
-    built.family = family
     if "image" in built.modalities or "audio" in built.modalities:
         model_config = engine.model_config if isinstance(engine, VllmEngine) else None
         built.counter = await asyncio.to_thread(MediaTokenCounter.for_checkpoint, checkpoint, model_config)
