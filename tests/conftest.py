@@ -68,6 +68,20 @@ STARTED: list[LiveServer] = []  # every server of the session, for the summary o
 ENGINE_DEATH = ("died unexpectedly", "EngineDeadError", "engine core died", "Killed")
 
 
+def pools_env(data: Path, pools: list[dict], **extra: str) -> dict[str, str]:
+    """The environment of a server of its own: these pools only, no grounding, the test key, a free port and
+    `data` as its data dir; none of the caller's TESSERA_ settings."""
+    return {
+        **{k: v for k, v in os.environ.items() if not k.startswith("TESSERA_")},
+        "TESSERA_API_KEY": API_KEY,
+        "TESSERA_PORT": str(free_port()),
+        "TESSERA_DATA_DIR": str(data),
+        "TESSERA_GROUNDING": "false",
+        "TESSERA_POOLS": json.dumps(pools),
+        **extra,
+    }
+
+
 def run_server(env: dict[str, str], log_path: Path) -> Iterator[LiveServer]:
     """Start `tessera serve` with `env`, wait until healthy, yield it, and stop it afterwards."""
     with log_path.open("wb") as log:

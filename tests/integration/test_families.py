@@ -5,8 +5,6 @@ and the same counts, and `auto` sends each medium to a pool that takes it."""
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Iterator
 
 import httpx
@@ -14,7 +12,7 @@ import pytest
 
 from demo.family_checkpoints import build_family_checkpoint
 from tests import media
-from tests.conftest import ADMIN_KEY, API_KEY, EARLY_RELEASE, MODELS_DIR, LiveServer, free_port, run_server
+from tests.conftest import ADMIN_KEY, API_KEY, EARLY_RELEASE, MODELS_DIR, LiveServer, pools_env, run_server
 from tests.integration.test_pipeline import _greedy
 
 ENGINE_FLAGS = {"kv_cache_gib": 0.125, "max_model_len": 2048, "max_num_seqs": 4}
@@ -31,15 +29,7 @@ def families_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveSe
         {"name": "hear-engine", "model": str(audio), "encoder_pools": False, "strength": 2, **ENGINE_FLAGS},
     ]
     data = tmp_path_factory.mktemp("tessera-families")
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("TESSERA_")},
-        "TESSERA_API_KEY": API_KEY,
-        "TESSERA_ADMIN_KEY": ADMIN_KEY,
-        "TESSERA_PORT": str(free_port()),
-        "TESSERA_DATA_DIR": str(data),
-        "TESSERA_GROUNDING": "false",
-        "TESSERA_POOLS": json.dumps(pools),
-    }
+    env = pools_env(data, pools, TESSERA_ADMIN_KEY=ADMIN_KEY)
     running = run_server(env, data / "server.log")
     EARLY_RELEASE["families_server"] = running
     yield next(running)

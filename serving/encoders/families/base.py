@@ -24,6 +24,7 @@ Medium = Literal["image", "audio"]
 # What the gateway hands the engine for a clip: the tower's log-mel input (the engine runs the tower), or the
 # tower's output (the engine skips it).
 AudioInput = Literal["features", "embeds"]
+BOTH_PATHS: frozenset[str] = frozenset({"inprocess", "remote"})
 
 
 @dataclass(frozen=True)

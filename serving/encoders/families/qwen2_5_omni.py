@@ -5,17 +5,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from serving.encoders.families.base import FamilyAdapter
-
-BOTH = frozenset({"inprocess", "remote"})
+from serving.encoders.families.base import BOTH_PATHS, FamilyAdapter
 
 
 class Qwen25OmniAdapter(FamilyAdapter):
     name = "qwen2.5-omni"
     architectures = ("Qwen2_5OmniForConditionalGeneration", "Qwen2_5OmniModel")
     # vLLM 0.32 takes no audio embeddings for the Omni thinkers: the gateway computes the tower's log-mel input.
-    image_paths = BOTH
-    audio_paths = BOTH
+    image_paths = BOTH_PATHS
+    audio_paths = BOTH_PATHS
     vision_prefixes = ("thinker.visual.",)
 
     def vision_tower_class(self) -> Any:

@@ -7,15 +7,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from serving.encoders.families.base import AudioEmbedding, AudioFeatures, FamilyAdapter
-
-BOTH = frozenset({"inprocess", "remote"})
+from serving.encoders.families.base import BOTH_PATHS, AudioEmbedding, AudioFeatures, FamilyAdapter
 
 
 class Qwen2AudioAdapter(FamilyAdapter):
     name = "qwen2-audio"
     architectures = ("Qwen2AudioForConditionalGeneration",)
-    audio_paths = BOTH
+    audio_paths = BOTH_PATHS
     audio_input = "embeds"
     vision_prefixes = ()
 

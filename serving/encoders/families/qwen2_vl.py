@@ -4,15 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from serving.encoders.families.base import FamilyAdapter
-
-BOTH = frozenset({"inprocess", "remote"})
+from serving.encoders.families.base import BOTH_PATHS, FamilyAdapter
 
 
 class Qwen2VLAdapter(FamilyAdapter):
     name = "qwen2-vl"
     architectures = ("Qwen2VLForConditionalGeneration",)
-    image_paths = BOTH
+    image_paths = BOTH_PATHS
 
     def vision_tower_class(self) -> Any:
         from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VisionTransformerPretrainedModel
@@ -29,7 +27,7 @@ class Qwen2VLAdapter(FamilyAdapter):
 class Qwen25VLAdapter(FamilyAdapter):
     name = "qwen2.5-vl"
     architectures = ("Qwen2_5_VLForConditionalGeneration",)
-    image_paths = BOTH
+    image_paths = BOTH_PATHS
 
     def vision_tower_class(self) -> Any:
         from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VisionTransformerPretrainedModel

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from serving.encoders.families.base import FamilyAdapter
-
-BOTH = frozenset({"inprocess", "remote"})
+from serving.encoders.families.base import BOTH_PATHS, FamilyAdapter
 
 
 class Qwen3VLAdapter(FamilyAdapter):
     name = "qwen3-vl"
     architectures = ("Qwen3VLForConditionalGeneration",)
-    image_paths = BOTH
+    image_paths = BOTH_PATHS
 
     def vision_tower_class(self) -> Any:
         from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLVisionModel

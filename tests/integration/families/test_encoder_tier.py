@@ -15,7 +15,7 @@ import pytest
 from bench.replicas import Replica
 from demo.family_checkpoints import build_family_checkpoint
 from tests import media
-from tests.conftest import API_KEY, MODELS_DIR, free_port, run_server
+from tests.conftest import API_KEY, MODELS_DIR, free_port, pools_env, run_server
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("TESSERA_FAMILY_MATRIX") != "1", reason="the encoder tier runs with `make test-families`"
@@ -75,15 +75,7 @@ def test_a_replica_decodes_with_the_encoder_tiers_embeddings(tmp_path, monkeypat
             replica.wait_ready()
         raw = {"model": str(path), "replicas": [consumer.url], "encoder_pools": False}
         pools = [{"name": "tier", **raw, "encoder_replicas": [producer.url]}, {"name": "plain", **raw}]
-        env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith("TESSERA_")},
-            "TESSERA_API_KEY": API_KEY,
-            "TESSERA_PORT": str(free_port()),
-            "TESSERA_DATA_DIR": str(tmp_path / "data"),
-            "TESSERA_GROUNDING": "false",
-            "TESSERA_POOLS": json.dumps(pools),
-        }
-        running = run_server(env, tmp_path / "server.log")
+        running = run_server(pools_env(tmp_path / "data", pools), tmp_path / "server.log")
         server = next(running)
         try:
             client = openai_client(server.v1, API_KEY, timeout=120)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,7 +17,7 @@ from bench.replicas import Replica
 from demo.family_checkpoints import build_family_checkpoint
 from serving.encoders.counting import MediaTokenCounter
 from tests import media
-from tests.conftest import API_KEY, MODELS_DIR, REPO, free_port, run_server
+from tests.conftest import API_KEY, MODELS_DIR, REPO, free_port, pools_env, run_server
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("TESSERA_FAMILY_MATRIX") != "1", reason="the family matrix runs with `make test-families`"
@@ -29,17 +28,6 @@ RESULTS = REPO / "artifacts" / "families-matrix.json"
 ENGINE = {"kv_cache_gib": 0.125, "max_model_len": 2048, "max_num_seqs": 4}
 IMAGE_SIZE = (640, 480)
 CLIP_S = 2.5
-
-
-def _gateway_env(data: Path, pools: list[dict[str, Any]]) -> dict[str, str]:
-    return {
-        **{k: v for k, v in os.environ.items() if not k.startswith("TESSERA_")},
-        "TESSERA_API_KEY": API_KEY,
-        "TESSERA_PORT": str(free_port()),
-        "TESSERA_DATA_DIR": str(data),
-        "TESSERA_GROUNDING": "false",
-        "TESSERA_POOLS": json.dumps(pools),
-    }
 
 
 def _ask(client: Any, model: str, part: dict[str, Any]) -> Any:
@@ -122,7 +110,7 @@ def test_in_process(family, tmp_path, results):
         {"name": "g", "model": str(path), **ENGINE},
         {"name": "e", "model": str(path), "encoder_pools": False, **ENGINE},
     ]
-    running = run_server(_gateway_env(tmp_path, pools), tmp_path / "server.log")
+    running = run_server(pools_env(tmp_path, pools), tmp_path / "server.log")
     server = next(running)
     try:
         cells = _cells(
@@ -146,7 +134,7 @@ def test_remote(family, tmp_path, results):
             {"name": "g", "model": str(path), "replicas": [replica.url]},
             {"name": "e", "model": str(path), "replicas": [replica.url], "encoder_pools": False},
         ]
-        running = run_server(_gateway_env(tmp_path, pools), tmp_path / "server.log")
+        running = run_server(pools_env(tmp_path, pools), tmp_path / "server.log")
         server = next(running)
         try:
             client = openai_client(server.v1, API_KEY, timeout=120)

@@ -4,15 +4,13 @@ and embedding cache (encoder outputs over the wire) and once with raw media the 
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Iterator
 
 import pytest
 
 from bench.replicas import Replica
 from tests import media
-from tests.conftest import API_KEY, LiveServer, free_port, run_server
+from tests.conftest import API_KEY, LiveServer, pools_env, run_server
 from tests.integration.test_pipeline import _greedy
 
 
@@ -22,15 +20,7 @@ def vl_gateway(vl_replica: Replica, tmp_path_factory: pytest.TempPathFactory) ->
     remote = {"model": str(vl_replica.checkpoint), "replicas": [vl_replica.url]}
     pools = [{"name": "vl", **remote}, {"name": "vl-raw", **remote, "encoder_pools": False}]
     data = tmp_path_factory.mktemp("vl-gateway")
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("TESSERA_")},
-        "TESSERA_API_KEY": API_KEY,
-        "TESSERA_PORT": str(free_port()),
-        "TESSERA_DATA_DIR": str(data),
-        "TESSERA_GROUNDING": "false",
-        "TESSERA_POOLS": json.dumps(pools),
-    }
-    yield from run_server(env, data / "server.log")
+    yield from run_server(pools_env(data, pools), data / "server.log")
 
 
 def _image(seed: int) -> dict:
