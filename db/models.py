@@ -168,6 +168,7 @@ class StoredResponse(SQLModel, table=True):
     tenant_id: str = Field(max_length=36, index=True)
     request_id: str = Field(max_length=64, index=True)  # the lease that answered (its usage row)
     previous_response_id: str | None = Field(default=None, max_length=64, index=True)
+    conversation_id: str | None = Field(default=None, max_length=64, index=True)  # the named conversation it joined
     model: str = Field(max_length=128)
     status: str = Field(max_length=16)
     body: dict = Field(sa_column=Column(JSON, nullable=False))  # type: ignore[type-arg]
@@ -182,6 +183,43 @@ class StoredResponseMedia(SQLModel, table=True):
     __tablename__ = "stored_response_media"
 
     response_id: str = Field(primary_key=True, foreign_key="stored_responses.id", max_length=64)
+    sha256: str = Field(primary_key=True, max_length=64, index=True)
+
+
+class StoredConversation(SQLModel, table=True):
+    """A named conversation (`/v1/conversations`) of a tenant: its metadata and the counter that orders its items."""
+
+    __tablename__ = "conversations"
+
+    id: str = Field(primary_key=True, max_length=64)  # conv_<hex>
+    tenant_id: str = Field(max_length=36, index=True)
+    meta: dict = Field(sa_column=Column("metadata", JSON, nullable=False))  # type: ignore[type-arg]
+    next_seq: int = 0  # the place the next appended item takes
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+    expires_at: datetime = Field(index=True)  # its tenant's retention after its last change
+
+
+class ConversationItem(SQLModel, table=True):
+    """One item of a conversation, as stored: media parts hold content-hash references into the blob store."""
+
+    __tablename__ = "conversation_items"
+    __table_args__ = (Index("ux_conversation_items_seq", "conversation_id", "seq", unique=True),)
+
+    conversation_id: str = Field(primary_key=True, foreign_key="conversations.id", max_length=64)
+    id: str = Field(primary_key=True, max_length=64)
+    seq: int
+    item: dict = Field(sa_column=Column(JSON, nullable=False))  # type: ignore[type-arg]
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class ConversationMedia(SQLModel, table=True):
+    """Which stored blobs a conversation's items use."""
+
+    __tablename__ = "conversation_media"
+
+    conversation_id: str = Field(primary_key=True, foreign_key="conversations.id", max_length=64)
+    item_id: str = Field(primary_key=True, max_length=64)
     sha256: str = Field(primary_key=True, max_length=64, index=True)
 
 

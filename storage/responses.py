@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import Engine
 from sqlmodel import Session, col, delete, select
 
-from db.models import StoredResponse, StoredResponseMedia, aware, utcnow
+from db.models import ConversationMedia, StoredResponse, StoredResponseMedia, aware, utcnow
 from serving.errors import InvalidRequest, NotFound
 from storage.blobs import BlobStore
 
@@ -39,6 +39,15 @@ def media_of(items: list[dict[str, Any]]) -> set[str]:
             if isinstance(part, dict) and isinstance(part.get("media"), dict):
                 found.add(str(part["media"]["sha256"]))
     return found
+
+
+def media_in_use(s: Session, digests: set[str]) -> set[str]:
+    """Which of the blobs `digests` a stored response or a conversation still uses: the rest may be deleted."""
+    if not digests:
+        return set()
+    by_responses = s.exec(select(StoredResponseMedia.sha256).where(col(StoredResponseMedia.sha256).in_(digests))).all()
+    by_conversations = s.exec(select(ConversationMedia.sha256).where(col(ConversationMedia.sha256).in_(digests))).all()
+    return set(by_responses) | set(by_conversations)
 
 
 @dataclass(frozen=True)
@@ -79,6 +88,7 @@ class ResponseStore:
         request_id: str,
         retention_days: int,
         previous_response_id: str | None = None,
+        conversation_id: str | None = None,
     ) -> bool:
         """Keeps a response (a background one as it is queued, then again when it ends). `media` holds the bytes of
         every sha256 the input items reference; they are written to the blob store before the row that names
@@ -96,6 +106,7 @@ class ResponseStore:
             fields: dict[str, Any] = {
                 "request_id": request_id,
                 "previous_response_id": previous_response_id,
+                "conversation_id": conversation_id,
                 "model": body["model"],
                 "status": body["status"],
                 "body": body,
@@ -230,8 +241,6 @@ class ResponseStore:
             s.exec(delete(StoredResponseMedia).where(col(StoredResponseMedia.response_id).in_(ids)))  # type: ignore[call-overload]
             s.exec(delete(StoredResponse).where(col(StoredResponse.id).in_(ids)))  # type: ignore[call-overload]
             s.commit()
-            still = set(
-                s.exec(select(StoredResponseMedia.sha256).where(col(StoredResponseMedia.sha256).in_(used))).all()
-            )
+            still = media_in_use(s, used)
         for sha256 in used - still:
             self.blobs.delete(sha256)

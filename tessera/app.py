@@ -31,6 +31,7 @@ from api.routes.audio import create_transcription, create_translation
 from api.routes.batches import cancel_batch, create_batch, list_batches, retrieve_batch
 from api.routes.billing import BillingAdminController, PriceController, stripe_webhook
 from api.routes.chat import create_chat_completion
+from api.routes.conversations import CONVERSATION_ROUTES
 from api.routes.embeddings import create_embedding
 from api.routes.files import delete_file, file_content, list_files, retrieve_file, upload_file
 from api.routes.models import list_models, retrieve_model
@@ -170,6 +171,7 @@ def create_app(
             delete_response,
             list_input_items,
             cancel_response,
+            *CONVERSATION_ROUTES,
             create_batch,
             retrieve_batch,
             list_batches,
@@ -278,6 +280,7 @@ def create_app(
             "cache": slot.provider(lambda s: s.cache),
             "grounding": slot.provider(lambda s: s.grounding),
             "stored_responses": slot.provider(lambda s: s.stored_responses),
+            "conversations": slot.provider(lambda s: s.conversations),
             "jobs": slot.provider(lambda s: s.jobs),
             "files": slot.provider(lambda s: s.files),
             "batches": slot.provider(lambda s: s.batches),

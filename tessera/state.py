@@ -49,6 +49,7 @@ from serving.task_lease import TaskService
 from serving.tracing import Tracing
 from storage.batches import BatchStore
 from storage.blobs import BlobStore
+from storage.conversations import ConversationStore
 from storage.files import FileStore
 from storage.responses import ResponseStore
 from storage.transcripts import TranscriptStore
@@ -82,6 +83,7 @@ class AppState:
     cache: EmbeddingCache | None = None
     grounding: GroundingService | None = None
     stored_responses: ResponseStore | None = None
+    conversations: ConversationStore | None = None
     jobs: JobRunner | None = None
     files: FileStore | None = None
     batches: BatchStore | None = None
@@ -196,6 +198,7 @@ async def build_state(settings: Settings, checkpoints: CheckpointResolver | None
         await journal.start()
         stack.push_async_callback(journal.stop)
         stored_responses = ResponseStore(db, BlobStore(settings.resolved_files_dir() / "media"))
+        conversations = ConversationStore(db, stored_responses.blobs)
         files = FileStore(db, settings.resolved_files_dir() / "uploads")
         bus = CompletionBus(tasks, [metrics.record_completion], journal=journal)
         grounding = _grounding(settings, db, tasks, metrics, pools, bus, stack)
@@ -227,6 +230,7 @@ async def build_state(settings: Settings, checkpoints: CheckpointResolver | None
             quotas=quotas,
             service=service,
             store=stored_responses,
+            conversations=conversations,
             default_max_tokens=settings.default_max_tokens,
         )
         batches = BatchStore(db)
@@ -238,6 +242,7 @@ async def build_state(settings: Settings, checkpoints: CheckpointResolver | None
             batches=batches,
             files=files,
             responses=stored_responses,
+            conversations=conversations,
             journal=journal,
             default_max_tokens=settings.default_max_tokens,
             file_expiry_days=settings.file_expiry_days,
@@ -256,7 +261,7 @@ async def build_state(settings: Settings, checkpoints: CheckpointResolver | None
         )
         sweep = functools.partial(
             _sweep,
-            (stored_responses.sweep, files.sweep, transcripts.sweep),
+            (stored_responses.sweep, conversations.sweep, files.sweep, transcripts.sweep),
             interval_s=settings.response_sweep_interval_s,
         )
         jobs = JobRunner(
@@ -285,6 +290,7 @@ async def build_state(settings: Settings, checkpoints: CheckpointResolver | None
             cache=cache,
             grounding=grounding,
             stored_responses=stored_responses,
+            conversations=conversations,
             jobs=jobs,
             files=files,
             batches=batches,

@@ -39,6 +39,7 @@ from serving.errors import NotFound, QuotaExceeded, RateLimited, TesseraError, U
 from serving.service import InferenceService
 from serving.task_lease import REQUEST_PREFIX, TaskService
 from storage.batches import BatchLine, BatchStore
+from storage.conversations import ConversationStore
 from storage.files import FileStore
 from storage.responses import ResponseStore
 from tenancy.directory import Directory, Principal
@@ -79,6 +80,7 @@ class BatchRunner:
     batches: BatchStore
     files: FileStore
     responses: ResponseStore | None
+    conversations: ConversationStore | None
     journal: UsageJournal | None
     default_max_tokens: int
     file_expiry_days: int
@@ -258,7 +260,13 @@ class BatchRunner:
             if endpoint == "/v1/responses":
                 req = parse_responses_request(raw)
                 return await create_response(
-                    req, principal, self.service, quotas, self.responses, default_max_tokens=self.default_max_tokens
+                    req,
+                    principal,
+                    self.service,
+                    quotas,
+                    self.responses,
+                    self.conversations,
+                    default_max_tokens=self.default_max_tokens,
                 )
             return await answer_chat(
                 parse_chat_request(raw), principal, self.service, quotas, default_max_tokens=self.default_max_tokens

@@ -20,6 +20,7 @@ from api.responses.service import answer_whole, prepare
 from jobs.runner import Claimed
 from serving.errors import RateLimited, TesseraError
 from serving.service import InferenceService
+from storage.conversations import ConversationStore
 from storage.responses import ResponseStore
 from tenancy.directory import Directory
 from tenancy.quotas import QuotaGate
@@ -39,6 +40,7 @@ async def run_background_response(
     service: InferenceService,
     store: ResponseStore,
     default_max_tokens: int,
+    conversations: ConversationStore | None = None,
 ) -> None:
     response_id, tenant = str(job.payload["response_id"]), str(job.tenant_id)
     principal = await asyncio.to_thread(directory.by_key_id, str(job.payload["key_id"]))
@@ -56,7 +58,7 @@ async def run_background_response(
         body.update(id=response_id, background=True, created_at=queued["created_at"])
 
     async def attempt() -> None:
-        turn = prepare(req, principal, store, default_max_tokens=default_max_tokens)
+        turn = prepare(req, principal, store, conversations, default_max_tokens=default_max_tokens)
         await answer_whole(turn, service, quotas, finish=as_queued)
 
     try:

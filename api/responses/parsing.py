@@ -5,7 +5,8 @@ mapped back to the client's place in `input`.
 
 Ids: the lease names the request `chatcmpl-<hex>` (its usage row, `GET /v1/usage/chatcmpl-<hex>`); the response
 is `resp_<hex>` with the same hex, and its `x-tessera-request-id` header carries the lease's id.
-Nothing is stored: `store`, `previous_response_id`, `background` and the rest of `UNHONOURED` are refused.
+What is kept, and the history `previous_response_id` or `conversation` replays, is api.responses.storing's; the
+OpenAI fields in `UNHONOURED` are refused unless they ask for nothing.
 """
 
 from __future__ import annotations
@@ -92,6 +93,11 @@ def to_conversation(req: ResponsesRequest) -> Conversation:
     return Conversation([ChatMessage.model_validate(t) for t, _ in turns], [o for _, o in turns])
 
 
+def check_item(item: InputItem, param: str) -> None:
+    """A 400 naming the place of whatever in the item a response could not read."""
+    _add_item(item, param, [])
+
+
 def _add_item(item: InputItem, param: str, turns: list[tuple[dict[str, Any], tuple[str, str]]]) -> None:
     kind = item.type or ("message" if item.role else None)
     if kind == "message":
@@ -113,7 +119,7 @@ def _add_item(item: InputItem, param: str, turns: list[tuple[dict[str, Any], tup
         turns.append((turn, (param, f"{param}.output")))
     elif kind == "item_reference":
         raise InvalidRequest(
-            "item references need stored responses, which Tessera does not keep; send the item itself",
+            "item references are not supported; send the item itself",
             param=f"{param}.type",
             code="unsupported_parameter",
         )

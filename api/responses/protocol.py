@@ -1,4 +1,4 @@
-"""OpenAI wire structs for the stateless subset of the Responses API (`POST /v1/responses`): snake_case, fields
+"""OpenAI wire structs for the Responses API (`POST /v1/responses` and its stored responses): snake_case, fields
 in the order OpenAI sends them.
 
 Requests are read loosely, like chat requests: an input item or content part is one struct whose `type` the
@@ -9,7 +9,7 @@ refused with a 400 naming the field.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
@@ -82,6 +82,10 @@ class TextConfig(_Loose):
     verbosity: Literal["low", "medium", "high"] | None = None
 
 
+class ConversationRef(_Loose):
+    id: str = Field(min_length=1, max_length=64)
+
+
 class ResponsesRequest(_Loose):
     model: str
     input: str | list[InputItem]
@@ -104,17 +108,24 @@ class ResponsesRequest(_Loose):
     # stored response continued by id.
     store: StrictBool | None = None
     previous_response_id: str | None = Field(default=None, min_length=1, max_length=64)
+    # A named conversation (`/v1/conversations`): replayed ahead of the input, and the input and output appended.
+    conversation: Annotated[str, Field(min_length=1, max_length=64)] | ConversationRef | None = None
     # Run it as batch-priority work and answer at once with a `queued` response to poll.
     background: StrictBool | None = None
     # Tessera's extensions, as on chat completions.
     priority: Literal["interactive", "batch"] = "interactive"
     allow_degraded: bool = False
 
+    @property
+    def conversation_id(self) -> str | None:
+        """The id of the conversation the request names (`"conv_..."` or `{"id": "conv_..."}`), if any."""
+        named = self.conversation
+        return named if isinstance(named, str) or named is None else named.id
+
 
 # OpenAI's fields that Tessera does not honour -> (the values that ask for nothing, why any other is refused).
 UNHONOURED: dict[str, tuple[tuple[Any, ...], str]] = {
-    "conversation": ((None,), "named conversations are not supported; continue one with `previous_response_id`"),
-    "background_options": ((None,), "background responses are not supported"),
+    "background_options": ((None,), "background responses take no options; poll or cancel them by id"),
     "include": ((None, []), "no additional output data can be included"),
     "reasoning": ((None, {}), "the served models do not reason; leave `reasoning` out"),
     "truncation": ((None, "disabled"), "inputs are never truncated; a too-long input is refused"),
@@ -221,6 +232,7 @@ class ResponseObject(BaseModel):
     output: list[OutputItem] = Field(default_factory=list)
     parallel_tool_calls: bool = True
     previous_response_id: str | None = None
+    conversation: dict[str, str] | None = None
     prompt_cache_key: str | None = None
     reasoning: Reasoning = Field(default_factory=Reasoning)
     safety_identifier: str | None = None

@@ -87,6 +87,7 @@ def _echoed(req: ResponsesRequest) -> dict[str, Any]:
         "metadata": req.metadata or {},
         "store": bool(req.store),
         "previous_response_id": req.previous_response_id,
+        "conversation": {"id": req.conversation_id} if req.conversation_id is not None else None,
     }
 
 

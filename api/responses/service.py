@@ -20,12 +20,13 @@ from api.auth import tenant_of
 from api.responses.parsing import Conversation, generation_request, to_conversation
 from api.responses.protocol import ResponsesRequest
 from api.responses.rendering import RESPONSE_PREFIX, complete_body, headers, queued_body, refusal, stream
-from api.responses.storing import earlier_turns, own_items, retention_days, save, stores
+from api.responses.storing import conversation_turns, earlier_turns, keep, own_items, retention_days, stores
 from grounding.guardrail import REFUSAL
 from jobs.runner import JobRunner
 from serving.completion import Completion
 from serving.errors import InvalidRequest, TesseraError
 from serving.service import GenerationRequest, InferenceService
+from storage.conversations import ConversationStore
 from storage.responses import ResponseStore
 from tenancy.directory import Principal
 from tenancy.quotas import QuotaGate
@@ -42,24 +43,43 @@ class Turn:
     req: ResponsesRequest  # the client's request, with `store` resolved
     principal: Principal
     store: ResponseStore | None
-    earlier: int  # items replayed from the conversation ahead of the request's own
+    conversations: ConversationStore | None
+    earlier: int  # items replayed from the history ahead of the request's own
     conversation: Conversation
     request: GenerationRequest
 
     @property
     def param(self) -> Callable[[str | None], str | None]:
-        return _param(self.conversation, self.earlier)
+        history = "conversation" if self.req.conversation_id is not None else "previous_response_id"
+        return _param(self.conversation, self.earlier, history)
 
     async def keep(self, body: dict[str, Any], completion: Completion) -> None:
-        if self.req.store and self.store is not None:
-            where = self.conversation.param
-            await asyncio.to_thread(save, self.store, self.principal, self.req, body, completion, self.earlier, where)
+        store = self.store if self.req.store else None
+        if store is None and self.req.conversation_id is None:
+            return
+        await asyncio.to_thread(
+            keep,
+            self.principal,
+            self.req,
+            body,
+            completion,
+            self.earlier,
+            self.conversation.param,
+            store=store,
+            conversations=self.conversations,
+        )
 
 
 def prepare(
-    req: ResponsesRequest, principal: Principal, store: ResponseStore | None, *, default_max_tokens: int
+    req: ResponsesRequest,
+    principal: Principal,
+    store: ResponseStore | None,
+    conversations: ConversationStore | None = None,
+    *,
+    default_max_tokens: int,
 ) -> Turn:
-    """Resolves `store`, replays the conversation `previous_response_id` continues, and builds the request."""
+    """Resolves `store`, replays the history `previous_response_id` or `conversation` names, and builds the
+    request."""
     stored = store is not None and stores(req, principal)
     req = req.model_copy(update={"store": stored})
     earlier = []
@@ -67,11 +87,14 @@ def prepare(
         if store is None:
             raise InvalidRequest("this server keeps no responses", param="previous_response_id")
         earlier = earlier_turns(store, principal, req.previous_response_id)
+    elif req.conversation_id is not None:
+        if conversations is None:
+            raise InvalidRequest("this server keeps no conversations", param="conversation")
+        earlier = conversation_turns(conversations, principal, req.conversation_id)
     full = req.model_copy(update={"input": [*earlier, *own_items(req)]}) if earlier else req
     conversation = to_conversation(full)
-    return Turn(
-        req, principal, store, len(earlier), conversation, generation_request(full, conversation, default_max_tokens)
-    )
+    request = generation_request(full, conversation, default_max_tokens)
+    return Turn(req, principal, store, conversations, len(earlier), conversation, request)
 
 
 async def answer_whole(
@@ -104,13 +127,14 @@ async def create_response(
     service: InferenceService,
     quotas: QuotaGate,
     store: ResponseStore | None,
+    conversations: ConversationStore | None = None,
     *,
     default_max_tokens: int,
     jobs: JobRunner | None = None,
 ) -> Response[Any] | Stream:
-    """A request `parse_responses_request` has read (the route's body DTO runs it): continue its conversation,
-    start it (or queue it, in the background), render it, and keep it when it is stored."""
-    turn = prepare(req, principal, store, default_max_tokens=default_max_tokens)
+    """A request `parse_responses_request` has read (the route's body DTO runs it): replay its history, start it
+    (or queue it, in the background), render it, and keep it when it is stored or names a conversation."""
+    turn = prepare(req, principal, store, conversations, default_max_tokens=default_max_tokens)
     if turn.req.background:
         return Response(await queue(turn, jobs), status_code=200)
     if turn.req.stream:
@@ -148,6 +172,7 @@ async def queue(turn: Turn, jobs: JobRunner | None) -> dict[str, Any]:
         request_id="",
         retention_days=retention_days(turn.principal),
         previous_response_id=req.previous_response_id,
+        conversation_id=req.conversation_id,
     )
     payload = {
         "response_id": body["id"],
@@ -173,8 +198,9 @@ def job_id(response_id: str) -> str:
     return "job_" + response_id.removeprefix(RESPONSE_PREFIX)
 
 
-def _param(conversation: Conversation, earlier: int) -> Callable[[str | None], str | None]:
-    """Maps serving's `param` to the client's request, whose input starts after the `earlier` replayed items."""
+def _param(conversation: Conversation, earlier: int, history: str) -> Callable[[str | None], str | None]:
+    """Maps serving's `param` to the client's request, whose input starts after the `earlier` items replayed from
+    the field `history` names."""
 
     def param(found: str | None) -> str | None:
         mapped = conversation.param(found)
@@ -182,6 +208,6 @@ def _param(conversation: Conversation, earlier: int) -> Callable[[str | None], s
         if at is None or not earlier:
             return mapped
         index = int(at[1]) - earlier
-        return "previous_response_id" if index < 0 else f"input[{index}]{mapped[at.end() :]}"  # type: ignore[index]
+        return history if index < 0 else f"input[{index}]{mapped[at.end() :]}"  # type: ignore[index]
 
     return param

@@ -21,6 +21,7 @@ from config.settings import Settings
 from jobs.runner import JobRunner
 from serving.errors import InvalidRequest, NotFound
 from serving.service import InferenceService
+from storage.conversations import ConversationStore
 from storage.responses import ResponseStore
 from tenancy.directory import Principal
 from tenancy.quotas import QuotaGate
@@ -50,6 +51,7 @@ async def create_response(
     quotas: NamedDependency[QuotaGate],
     settings: NamedDependency[Settings],
     stored_responses: NamedDependency[ResponseStore | None],
+    conversations: NamedDependency[ConversationStore | None],
     jobs: NamedDependency[JobRunner | None],
 ) -> Response[Any] | Stream:
     return await respond(
@@ -58,6 +60,7 @@ async def create_response(
         service,
         quotas,
         stored_responses,
+        conversations,
         default_max_tokens=settings.default_max_tokens,
         jobs=jobs,
     )
@@ -139,4 +142,4 @@ async def list_input_items(
     page = await asyncio.to_thread(
         store.input_items, tenant_of(principal, "stored responses"), response_id, after=after, limit=limit, order=order
     )
-    return {**page.wire(), "data": listed(store, page.data)}
+    return {**page.wire(), "data": listed(store.blobs, page.data)}
