@@ -15,7 +15,7 @@ from typing import Any
 from bench.cli import add_bench_parser
 from config.settings import Settings
 from demo.cli import add_golden_parser, add_models_parser, run_golden, run_models
-from grounding.eval_cli import add_eval_parser
+from grounding.eval.cli import add_eval_parser
 from tessera.models_cli import add_models_parser as add_product_models_parser
 from tessera.models_cli import run_inspect
 
@@ -222,7 +222,7 @@ def main(argv: list[str] | None = None) -> None:
         run_golden(args)
     elif command == "eval":
         from demo.suite import golden_suite
-        from grounding.eval_cli import run_eval
+        from grounding.eval.cli import run_eval
 
         _configure_logging("WARNING")
         run_eval(args, launch=_eval_server, suite=golden_suite())

@@ -7,7 +7,7 @@ import json
 
 from demo.golden import GOLDEN_DIR, read_items
 from demo.suite import golden_suite
-from grounding.eval_cli import add_eval_parser, run_eval
+from grounding.eval.cli import add_eval_parser, run_eval
 from tests.conftest import API_KEY
 
 

@@ -6,7 +6,7 @@ implement and subscribe to them, so they may import serving, never the reverse. 
 through the domain packages. Console may use api's shared pieces (the chat path, auth, the error mapper); api never
 imports console. No product package imports `demo/`: what the runtime needs from a demo checkpoint travels as files
 beside it. Only the composition root's command line and the benchmarks (which build demo checkpoints to measure on)
-may."""
+may. Within grounding, the offline eval (`grounding/eval/`) imports the runtime, never the reverse."""
 
 import ast
 import subprocess
@@ -134,3 +134,43 @@ def test_nothing_in_serving_outside_the_family_adapters_imports_a_models_own_cod
             continue
         offenders += [f"{rel}: {name}" for name in _module_imports(path) if name.startswith(MODEL_MODULES)]
     assert offenders == []
+
+
+# The grounding eval drives the served path from outside: it imports the runtime, never the reverse, so the runtime
+# can change without the eval's harness, report and metrics loading into the server.
+GROUNDING_EVAL = "grounding.eval"
+
+
+def _imports_grounding_eval(source: str) -> bool:
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+        else:
+            continue
+        if any(name == GROUNDING_EVAL or name.startswith(f"{GROUNDING_EVAL}.") for name in names):
+            return True
+    return False
+
+
+def test_the_grounding_runtime_never_imports_its_eval():
+    eval_root = REPO / "grounding" / "eval"
+    assert eval_root.is_dir()
+    offenders = [
+        path.relative_to(REPO).as_posix()
+        for path in sorted((REPO / "grounding").rglob("*.py"))
+        if eval_root not in path.parents and _imports_grounding_eval(path.read_text())
+    ]
+    assert offenders == []
+
+
+def test_the_grounding_eval_rule_itself_can_fail():
+    assert _imports_grounding_eval("import grounding.eval")
+    assert _imports_grounding_eval("import grounding.eval.harness as h")
+    assert _imports_grounding_eval("from grounding.eval.metrics import GATE")
+    assert _imports_grounding_eval("from grounding import eval")
+    assert _imports_grounding_eval("def f():\n    from grounding.eval import EvalSuite\n")
+    assert not _imports_grounding_eval("from grounding import scorer, guardrail")
+    assert not _imports_grounding_eval("from grounding.evaluation import x")
+    assert not _imports_grounding_eval("from serving.eval import x")

@@ -17,12 +17,12 @@ from PIL import Image
 
 from demo.golden import GOLDEN_DIR, read_items
 from demo.suite import golden_suite
-from grounding import eval as grounding_eval
-from grounding.eval import request_messages, run_items
-from grounding.eval_cli import add_eval_parser, run_eval
-from grounding.eval_metrics import EvalFailure, ItemResult, check_well_formed, gate, metrics, summarise
-from grounding.eval_verdicts import guardrail_details, guardrail_flag
-from grounding.report import render_html
+from grounding.eval import harness
+from grounding.eval.cli import add_eval_parser, run_eval
+from grounding.eval.harness import request_messages, run_items
+from grounding.eval.metrics import EvalFailure, ItemResult, check_well_formed, gate, metrics, summarise
+from grounding.eval.report import render_html
+from grounding.eval.verdicts import guardrail_details, guardrail_flag
 
 SUITE = golden_suite()
 
@@ -199,7 +199,7 @@ def _launcher(calls: list[list[str]]):
 def test_smoke_run_writes_json_and_html_and_checks_form(tmp_path, monkeypatch):
     items = read_items(GOLDEN_DIR / "smoke.jsonl")
     answers = {i.question: "I see a <woman> in a dress." for i in items}
-    monkeypatch.setattr(grounding_eval, "_client", lambda base, key: StubClient(answers))
+    monkeypatch.setattr(harness, "_client", lambda base, key: StubClient(answers))
     launched: list[list[str]] = []
     lines: list[str] = []
     out, page = tmp_path / "r.json", tmp_path / "r.html"
@@ -224,17 +224,17 @@ def test_smoke_run_writes_json_and_html_and_checks_form(tmp_path, monkeypatch):
 def test_a_run_below_the_gate_exits_non_zero_and_one_above_passes(tmp_path, monkeypatch):
     items = read_items(GOLDEN_DIR / "smoke.jsonl")
     right = {i.question: i.answer for i in items}
-    monkeypatch.setattr(grounding_eval, "_client", lambda base, key: StubClient(right))
+    monkeypatch.setattr(harness, "_client", lambda base, key: StubClient(right))
     run_eval(
         _args("--base-url", "http://stub/v1", "--set", str(GOLDEN_DIR / "smoke.jsonl")), _launcher([]), SUITE, print
     )
-    monkeypatch.setattr(grounding_eval, "_client", lambda base, key: StubClient({}))
+    monkeypatch.setattr(harness, "_client", lambda base, key: StubClient({}))
     with pytest.raises(SystemExit, match="below the gate"):
         run_eval(_args("--base-url", "http://stub/v1", "--limit", "3"), _launcher([]), SUITE, lambda _: None)
 
 
 def test_smoke_fails_when_a_request_fails(monkeypatch):
-    monkeypatch.setattr(grounding_eval, "_client", lambda base, key: StubClient({}, fail=True))
+    monkeypatch.setattr(harness, "_client", lambda base, key: StubClient({}, fail=True))
     with pytest.raises(SystemExit, match="requests failed"):
         run_eval(_args("--smoke", "--limit", "2", "--base-url", "http://stub/v1"), _launcher([]), SUITE, lambda _: None)
 

@@ -8,8 +8,8 @@ import pytest
 
 from demo.golden import golden_set
 from demo.wrong_answers import one_fact_changed
-from grounding.eval_forced import calibrate_judge, forced_figures, forced_items, run_forced
-from grounding.eval_metrics import ItemResult, gate, summarise
+from grounding.eval.forced import calibrate_judge, forced_figures, forced_items, run_forced
+from grounding.eval.metrics import ItemResult, gate, summarise
 from tests.unit.grounding.test_eval import result
 
 

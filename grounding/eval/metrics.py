@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 # Applied overall and to every modality-mix slice, so one slice regressing fails the gate; the guardrail's figures
-# are gated on the forced answers (grounding.eval_forced), as the tenant's policy served them.
+# are gated on the forced answers (grounding.eval.forced), as the tenant's policy served them.
 GATE = {
     "accuracy_min": 0.92,
     "hallucination_max": 0.03,
@@ -52,7 +52,7 @@ class ItemResult:
     evidence_scores: dict[str, float] | None = None  # each evidence's own score (a `both` policy gives both)
     threshold: float | None = None  # the tenant's threshold the verdict applied
     checked: list[dict[str, Any]] | None = None  # each checked claim, its evidence, verdict and P(yes)
-    forced: str | None = None  # "right" or "wrong": an answer the eval made the model give (grounding.eval_forced)
+    forced: str | None = None  # "right" or "wrong": an answer the eval made the model give (grounding.eval.forced)
 
 
 def _ratio(numerator: int, denominator: int) -> float | None:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from grounding.eval_metrics import EVIDENCE, ItemResult, evidence_flags, flag_figures
+from grounding.eval.metrics import EVIDENCE, ItemResult, evidence_flags, flag_figures
 from grounding.models import JudgeThresholds
 
 JUDGE_THRESHOLDS = tuple(round(0.05 * k, 2) for k in range(1, 20))  # the judge's thresholds tried, for each form

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from grounding.eval import (
+from grounding.eval.harness import (
     DEFAULT_BUDGET_S,
     DEFAULT_FORCED,
     DEFAULT_MAX_TOKENS,
@@ -24,8 +24,8 @@ from grounding.eval import (
     evaluate,
     write_outputs,
 )
-from grounding.eval_metrics import EvalFailure, check_well_formed
-from grounding.report import cell
+from grounding.eval.metrics import EvalFailure, check_well_formed
+from grounding.eval.report import cell
 
 
 def add_eval_parser(subparsers: Any) -> Any:

@@ -20,10 +20,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
-from grounding.eval_forced import calibrate_judge, forced_figures, forced_items, run_forced, usable_forced
-from grounding.eval_metrics import GATE, ItemResult, gate, summarise
-from grounding.eval_verdicts import guardrail_details, guardrail_flag, verdict_evidence
-from grounding.report import render_html
+from grounding.eval.forced import calibrate_judge, forced_figures, forced_items, run_forced, usable_forced
+from grounding.eval.metrics import GATE, ItemResult, gate, summarise
+from grounding.eval.report import render_html
+from grounding.eval.verdicts import guardrail_details, guardrail_flag, verdict_evidence
 
 Progress = Callable[[str], None]
 DEFAULT_MODEL, SMOKE_MODEL = "large", "small"
@@ -242,7 +242,7 @@ def evaluate(
     forced: int = 0,
 ) -> dict[str, Any]:
     """Runs `items` on each model at `base_url` (…/v1) and returns the report: settings, summaries, results; with
-    `forced`, also that many items' right and one-fact-wrong answers, made (grounding.eval_forced)."""
+    `forced`, also that many items' right and one-fact-wrong answers, made (grounding.eval.forced)."""
     client = _client(base_url, api_key)
     deadline = time.monotonic() + budget_s
     report: dict[str, Any] = {
