@@ -59,6 +59,37 @@ def pooling_replica_command(checkpoint: Path, name: str, port: int) -> list[str]
     ]
 
 
+def speech_replica_command(checkpoint: Path, name: str, port: int) -> list[str]:
+    """`vllm serve` of a Whisper checkpoint as a remote transcription pool's replica, started as the in-process
+    transcription engine is (`serving.engines.specs`): float32, the checkpoint's own context (448), one audio clip a
+    prompt, priority scheduling, 32 sequences. Its token-in/token-out endpoint (`--enable-scale-out`) takes the
+    decoder prompt Tessera builds; vLLM serves it for Whisper because Tessera's vLLM plugin, installed in this
+    environment, declares Whisper a text generator (`serving.engines.vllm_patches`)."""
+    vllm = Path(sys.executable).with_name("vllm")
+    return [
+        str(vllm),
+        "serve",
+        str(checkpoint),
+        "--served-model-name",
+        name,
+        "--dtype",
+        "float32",
+        "--enforce-eager",
+        "--enable-scale-out",
+        "--enable-prompt-tokens-details",
+        "--scheduling-policy",
+        "priority",
+        "--max-num-seqs",
+        "32",
+        "--limit-mm-per-prompt",
+        json.dumps({"audio": 1}),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
+
+
 def replica_command(checkpoint: Path, name: str, port: int, *, max_model_len: int = 4096) -> list[str]:
     """`vllm serve` as a remote pool's replica: the token-in/token-out endpoint (`--enable-scale-out`), cached
     prompt tokens in usage, priority scheduling and prefix caching. The processor cache is off: Tessera sends
@@ -98,7 +129,7 @@ class Replica:
     port: int
     log_path: Path
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
-    runner: str = "generate"  # or `pooling`: an embedding pool's replica
+    runner: str = "generate"  # or `pooling`: an embedding pool's replica; `transcription`: a Whisper pool's
     otlp_endpoint: str | None = None  # where the replica sends its `llm_request` spans (`--otlp-traces-endpoint`)
     kv_cache_bytes: int | None = None  # its KV cache (`--kv-cache-memory-bytes`) instead of REPLICA_ENV's 1 GiB
     extra_args: tuple[str, ...] = ()  # more `vllm serve` flags (an encoder tier's `--ec-transfer-config`, say)
@@ -110,9 +141,14 @@ class Replica:
     def launch(self) -> tuple[list[str], dict[str, str]]:
         """The command line and environment `start` runs the replica with."""
         env = {**os.environ, **REPLICA_ENV}
-        command = (pooling_replica_command if self.runner == "pooling" else replica_command)(
-            self.checkpoint, self.name, self.port
+        build = {"pooling": pooling_replica_command, "transcription": speech_replica_command}.get(
+            self.runner, replica_command
         )
+        command = build(self.checkpoint, self.name, self.port)
+        if self.runner == "transcription":
+            # The engine core runs the model itself (vLLM's uni executor), as the in-process engine does: one
+            # process start fewer, which here is most of a small model's start-up (about 25 s instead of 80).
+            env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         if self.kv_cache_bytes is not None:
             # vLLM-CPU lets VLLM_CPU_KVCACHE_SPACE override the flag, so the variable must go.
             env.pop("VLLM_CPU_KVCACHE_SPACE", None)

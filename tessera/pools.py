@@ -29,6 +29,7 @@ from serving.engines.base import EmbeddingEngine, EngineClient, SpeechEngine
 from serving.engines.inprocess import VllmEngine
 from serving.engines.remote import RemoteEngine, RemoteSettings
 from serving.engines.remote_embeddings import RemoteEmbeddingEngine
+from serving.engines.remote_speech import RemoteSpeechEngine
 from serving.engines.specs import engine_spec
 from serving.pools import ModelPool, PoolRegistry, TaskPool, encoding_places
 
@@ -108,16 +109,20 @@ def _gateway_family(pool: PoolSettings, path: str) -> FamilyAdapter | None:
 async def start_task_pool(
     settings: Settings, pool: PoolSettings, model_path: str, stack: AsyncExitStack, created: int
 ) -> TaskPool:
-    """An embedding or transcription pool: its engine (in-process, or remote replicas for embeddings) and its
-    concurrency admission."""
+    """An embedding or transcription pool: its engine (in-process, or remote replicas) and its concurrency
+    admission."""
     from transformers import AutoTokenizer
 
     engine: EmbeddingEngine | SpeechEngine
     if pool.replicas:
-        if pool.kind != "embedding":
-            raise ValueError(f"pool '{pool.name}': remote replicas serve chat and embedding pools only")
+        if pool.encoder_replicas:
+            raise ValueError(f"pool '{pool.name}': encoder_replicas serve chat pools only")
         logger.info("connecting %s pool '%s' to %d replicas", pool.kind, pool.name, len(pool.replicas))
-        remote = await RemoteEmbeddingEngine.connect(pool.name, Path(model_path), _remote_settings(settings, pool))
+        remote: RemoteEmbeddingEngine | RemoteSpeechEngine
+        if pool.kind == "embedding":
+            remote = await RemoteEmbeddingEngine.connect(pool.name, Path(model_path), _remote_settings(settings, pool))
+        else:
+            remote = await RemoteSpeechEngine.connect(pool.name, Path(model_path), _remote_settings(settings, pool))
         stack.push_async_callback(remote.close)
         engine = remote
     else:

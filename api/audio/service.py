@@ -163,7 +163,8 @@ class Transcriber:
             start = no_speech_prompt(prompt, tokens)
 
             async def run(index: int, result: WindowResult, chunk: Any) -> None:
-                request = self._request(lease, pool, index, chunk, prompt, options, tokens)
+                # The client sees nothing before the transcript is whole: a window may restart on another replica.
+                request = self._request(lease, pool, index, chunk, prompt, options, tokens, restartable=True)
 
                 async def decode() -> None:
                     async for _ in decode_window(pool, request, result):
@@ -171,7 +172,7 @@ class Transcriber:
 
                 async def measure() -> None:  # a timed segment carries its window's probability of no speech
                     if silence is not None:
-                        asked = SpeechRequest(f"{request.request_id}-ns", chunk, start, silence)
+                        asked = SpeechRequest(f"{request.request_id}-ns", chunk, start, silence, restartable=True)
                         result.no_speech_prob = await no_speech_probability(pool, asked, tokens)
 
                 await asyncio.gather(decode(), measure())
@@ -226,7 +227,7 @@ class Transcriber:
             async with held:
                 for index, (offset, chunk) in enumerate(windows(audio.samples)):
                     result = WindowResult(offset, len(chunk) / SAMPLE_RATE)
-                    request = self._request(lease, pool, index, chunk, prompt, options, tokens)
+                    request = self._request(lease, pool, index, chunk, prompt, options, tokens, restartable=False)
                     first = True
                     async for text in decode_window(pool, request, result):
                         lease.started_output()
@@ -311,6 +312,8 @@ class Transcriber:
         prompt: tuple[int, ...],
         options: SpeechOptions,
         tokens: SpeechTokens,
+        *,
+        restartable: bool,
     ) -> SpeechRequest:
         return SpeechRequest(
             request_id=f"{lease.request_id}-{index}",
@@ -318,6 +321,7 @@ class Transcriber:
             decoder_token_ids=prompt,
             params=window_params(options, tokens, len(prompt), None),
             priority=0,
+            restartable=restartable,
         )
 
 

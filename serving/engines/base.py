@@ -113,6 +113,9 @@ class SpeechRequest:
     decoder_token_ids: tuple[int, ...]
     params: GenerationParams
     priority: int = 0
+    # Nothing of the window reaches the client before the transcript is whole: a remote engine may restart it on
+    # another replica after a replica fault, even mid-window (as `EngineRequest.restartable`).
+    restartable: bool = False
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,16 @@
-"""A vLLM general plugin, loaded in every engine process: fixes vLLM 0.32's Qwen2.5-Omni `image_embeds` path.
+"""A vLLM general plugin, loaded in every vLLM process of this environment (engine cores, workers, `vllm serve`),
+registered through the `vllm.general_plugins` entry point. Two changes to vLLM 0.32:
 
-vLLM 0.32 returns precomputed image embeddings as one flat [tokens, hidden] tensor instead of one tensor per
-image, so the engine core asserts ("Expected number of multimodal embeddings to match number of input
-items") and dies on the first request that carries `image_embeds`. The pixel path splits by each image's
-grid; this makes the embeddings path do the same. Registered through the `vllm.general_plugins` entry point.
+- Qwen2.5-Omni's `image_embeds` path: vLLM returns precomputed image embeddings as one flat [tokens, hidden] tensor
+  instead of one tensor per image, so the engine core asserts ("Expected number of multimodal embeddings to match
+  number of input items") and dies on the first request that carries `image_embeds`. The pixel path splits by each
+  image's grid; this makes the embeddings path do the same.
+- Whisper declares itself transcription-only (`supports_transcription_only`), so its model runner reports the one
+  task `transcription` and `vllm serve` registers the token-in/token-out endpoint (`/inference/v1/generate`, which
+  needs the task `generate`) for it no more than `/v1/completions`; its `/v1/audio/transcriptions` writes its own
+  decoder prompt (language and task tokens an English-only checkpoint never saw). Declared a text generator too,
+  a Whisper replica takes the decoder prompt Tessera builds, as the in-process engine does. The engine and its
+  decoding are unchanged: only the task list (and so the routes) grows.
 """
 
 from __future__ import annotations
@@ -12,6 +19,11 @@ from typing import Any
 
 
 def register() -> None:
+    _split_omni_image_embeds()
+    _whisper_generates()
+
+
+def _split_omni_image_embeds() -> None:
     from vllm.model_executor.models import qwen2_5_omni_thinker as thinker
 
     mixin = thinker.Qwen2_5OmniConditionalGenerationMixin
@@ -29,3 +41,9 @@ def register() -> None:
 
     _process_image_input._tessera_split_embeds = True  # type: ignore[attr-defined]
     mixin._process_image_input = _process_image_input  # type: ignore[method-assign]
+
+
+def _whisper_generates() -> None:
+    from vllm.model_executor.models import whisper
+
+    whisper.WhisperForConditionalGeneration.supports_transcription_only = False
