@@ -236,6 +236,12 @@ class ConversationStore:
             self.blobs.delete(sha256)
 
 
+def conversation_object(row: StoredConversation) -> dict[str, Any]:
+    """A conversation as the API shows it."""
+    created = int(aware(row.created_at).timestamp())
+    return {"id": row.id, "object": "conversation", "created_at": created, "metadata": dict(row.meta or {})}
+
+
 _ITEM_PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco"}
 
 

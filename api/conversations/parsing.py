@@ -13,7 +13,7 @@ from typing import Any
 
 from api.responses.parsing import check_item
 from api.responses.protocol import InputItem
-from api.responses.storing import stored_item
+from api.responses.storing import as_item, stored_item
 from serving.errors import InvalidRequest
 from storage.conversations import Appended
 
@@ -27,7 +27,7 @@ def to_stored(items: list[InputItem], where: str = "items") -> Appended:
     blobs: dict[str, bytes] = {}
     for i, item in enumerate(items):
         check_item(item, f"{where}[{i}]")
-        data = _normalised(item.model_dump(mode="json", exclude_none=True))
+        data = as_item(item.model_dump(mode="json", exclude_none=True))
         try:
             stored.append(stored_item(data, {}, blobs, keep_urls=True))
         except InvalidRequest as exc:
@@ -54,14 +54,3 @@ def check_include(include: list[str] | None) -> None:
                 param="include",
                 code="unsupported_parameter",
             )
-
-
-def _normalised(item: dict[str, Any]) -> dict[str, Any]:
-    kind = item.get("type") or "message"
-    if kind != "message":
-        return {**item, "type": kind}
-    content = item.get("content")
-    if isinstance(content, str):
-        part = "output_text" if item.get("role") == "assistant" else "input_text"
-        content = [{"type": part, "text": content, **({"annotations": []} if part == "output_text" else {})}]
-    return {**item, "type": "message", "status": item.get("status") or "completed", "content": content}

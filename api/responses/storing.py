@@ -21,7 +21,7 @@ from typing import Any
 from api.auth import tenant_of
 from api.responses.protocol import InputItem, ResponsesRequest
 from serving.completion import Completion
-from serving.errors import InternalFailure, InvalidRequest
+from serving.errors import InternalFailure, InvalidRequest, NotFound
 from storage.blobs import BlobMissing, BlobStore
 from storage.conversations import Appended, ConversationStore
 from storage.responses import ResponseStore
@@ -79,7 +79,11 @@ def earlier_turns(store: ResponseStore, principal: Principal, response_id: str) 
 
 def conversation_turns(conversations: ConversationStore, principal: Principal, conversation_id: str) -> list[InputItem]:
     """Every item of a named conversation, oldest first, as input items (a response's output as assistant turns)."""
-    items = conversations.all_items(tenant_of(principal, "conversations"), conversation_id)
+    try:
+        items = conversations.all_items(tenant_of(principal, "conversations"), conversation_id)
+    except NotFound as exc:
+        exc.param = "conversation"
+        raise
     return [InputItem.model_validate(_as_input(replayed(conversations.blobs, item, "conversation"))) for item in items]
 
 
@@ -110,10 +114,10 @@ def keep(
         added = conversations.append(
             tenant_of(principal, "conversations"),
             conversation_id,
-            Appended(items + outputs, blobs),
+            Appended([as_item(item) for item in items] + outputs, blobs),
             retention_days=retention_days(principal),
         )
-        items = added[: len(items)]  # the ids the conversation gave them
+        items = [{**item, "id": kept["id"]} for item, kept in zip(items, added, strict=False)]  # ids as given there
     if store is not None:
         store.save(
             tenant_id=tenant_of(principal, "stored responses"),
@@ -125,6 +129,19 @@ def keep(
             previous_response_id=req.previous_response_id,
             conversation_id=conversation_id,
         )
+
+
+def as_item(item: dict[str, Any]) -> dict[str, Any]:
+    """A stored input item as a conversation shows it: a message's content as a list of parts (a string is one
+    `input_text` part, or `output_text` in an assistant's turn), and the message `completed`."""
+    kind = item.get("type") or "message"
+    if kind != "message":
+        return {**item, "type": kind}
+    content = item.get("content")
+    if isinstance(content, str):
+        part = "output_text" if item.get("role") == "assistant" else "input_text"
+        content = [{"type": part, "text": content, **({"annotations": []} if part == "output_text" else {})}]
+    return {**item, "type": "message", "status": item.get("status") or "completed", "content": content}
 
 
 def listed(blobs: BlobStore, items: list[dict[str, Any]]) -> list[dict[str, Any]]:

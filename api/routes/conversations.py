@@ -20,11 +20,11 @@ from api.conversations.protocol import (
     ConversationUpdate,
     ItemsCreate,
 )
-from api.conversations.rendering import conversation_object, item_list
+from api.conversations.rendering import item_list
 from api.openapi import answer, errors
 from api.responses.storing import listed, retention_days
 from serving.errors import InvalidRequest, NotFound
-from storage.conversations import Appended, ConversationStore
+from storage.conversations import Appended, ConversationStore, conversation_object
 from tenancy.directory import Principal
 
 WHAT = "conversations"

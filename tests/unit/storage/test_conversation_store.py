@@ -40,7 +40,9 @@ def _texts(store, tenant, conversation_id) -> list[str]:
 
 def test_a_conversation_is_its_tenants_alone_and_keeps_its_metadata(store):
     row = store.create("t1", {"topic": "shapes"}, Appended([_text("hello")], {}), retention_days=30)
-    assert row.id.startswith("conv_") and row.meta == {"topic": "shapes"} and row.next_seq == 1
+    assert row.id.startswith("conv_")
+    assert row.meta == {"topic": "shapes"}
+    assert row.next_seq == 1
     assert store.update("t1", row.id, {"topic": "colours"}).meta == {"topic": "colours"}
     for call in (
         lambda: store.get("t2", row.id),
@@ -58,11 +60,14 @@ def test_items_page_both_ways_after_a_cursor(store):
     row = store.create("t1", {}, Appended([], {}), retention_days=30)
     added = store.append("t1", row.id, Appended([_text(str(i)) for i in range(5)], {}), retention_days=30)
     ids = [i["id"] for i in added]
-    assert len(set(ids)) == 5 and all(i.startswith("msg_") for i in ids)
+    assert len(set(ids)) == 5
+    assert all(i.startswith("msg_") for i in ids)
     first = store.items("t1", row.id, limit=2, order="asc")
-    assert [i["id"] for i in first.data] == ids[:2] and first.has_more
+    assert [i["id"] for i in first.data] == ids[:2]
+    assert first.has_more
     rest = store.items("t1", row.id, after=ids[1], limit=10, order="asc")
-    assert [i["id"] for i in rest.data] == ids[2:] and not rest.has_more
+    assert [i["id"] for i in rest.data] == ids[2:]
+    assert not rest.has_more
     newest = store.items("t1", row.id, limit=2)
     assert [i["id"] for i in newest.data] == ids[:2:-1][:2]
     older = store.items("t1", row.id, after=ids[3], limit=10, order="desc")
@@ -76,8 +81,11 @@ def test_items_page_both_ways_after_a_cursor(store):
 
 def test_an_items_own_id_is_kept_unless_the_conversation_holds_it(store):
     row = store.create("t1", {}, Appended([_text("a", "msg_given")], {}), retention_days=30)
-    again = store.append("t1", row.id, Appended([_text("b", "msg_given"), _text("c", "msg_new")], {}), retention_days=30)
-    assert again[0]["id"] != "msg_given" and again[1]["id"] == "msg_new"
+    again = store.append(
+        "t1", row.id, Appended([_text("b", "msg_given"), _text("c", "msg_new")], {}), retention_days=30
+    )
+    assert again[0]["id"] != "msg_given"
+    assert again[1]["id"] == "msg_new"
     assert store.item("t1", row.id, "msg_given")["content"][0]["text"] == "a"
 
 

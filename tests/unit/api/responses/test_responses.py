@@ -161,7 +161,6 @@ def test_every_field_the_sdk_sends_is_honoured_or_refused():
 @pytest.mark.parametrize(
     ("param", "value"),
     [
-        ("conversation", "conv_1"),
         ("include", ["message.output_text.logprobs"]),
         ("reasoning", {"effort": "high"}),
         ("truncation", "auto"),

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from api.responses.parsing import parse_responses_request, to_conversation
-from api.responses.storing import earlier_turns, listed, own_items, save, stores
+from api.responses.storing import earlier_turns, keep, listed, own_items, stores
 from serving.errors import InvalidRequest
 from storage.blobs import BlobStore
 from storage.responses import ResponseStore
@@ -45,7 +45,7 @@ def _turn(store, req, earlier, served, response_id):
     conversation = to_conversation(full)
     completion = SimpleNamespace(request_id=f"chatcmpl-{response_id}", submission=SimpleNamespace(media=served))
     body = {"id": response_id, "model": "small", "status": "completed", "output": [_answer(response_id)]}
-    save(store, _principal(), req, body, completion, len(earlier), conversation.param)  # type: ignore[arg-type]
+    keep(_principal(), req, body, completion, len(earlier), conversation.param, store=store, conversations=None)  # type: ignore[arg-type]
 
 
 def _answer(text: str) -> dict:
@@ -82,7 +82,7 @@ def test_media_are_stored_by_hash_and_replayed_as_data_urls(store):
     }
     assert store.blobs.get(hashlib.sha256(PNG).hexdigest()) == PNG
 
-    shown = listed(store, [item])[0]["content"]
+    shown = listed(store.blobs, [item])[0]["content"]
     assert base64.b64decode(shown[1]["image_url"].split(",", 1)[1]) == PNG  # never fetched again
     assert shown[3]["input_audio"] == {"format": "wav", "data": base64.b64encode(WAV).decode()}
 
