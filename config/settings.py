@@ -78,8 +78,9 @@ class PoolSettings(BaseModel):
     )
     replicas: list[str] = Field(
         default_factory=list,
-        description="Base URLs of remote `vllm serve --enable-scale-out` replicas serving `model`; empty: an "
-        "in-process engine. A remote pool still reads `model` locally for its config, tokenizer and encoders.",
+        description="Base URLs of remote `vllm serve` replicas serving `model` (chat and transcription pools: with "
+        "`--enable-scale-out`, see docs/fleet.md; embedding pools: `--runner pooling`); empty: an in-process engine. "
+        "A remote pool still reads `model` locally for its config, tokenizer and encoders.",
     )
 
 
