@@ -198,6 +198,18 @@ class ResponseStore:
             return None  # past its retention, not yet swept
         return Conversation(turns, row.id, list(later))
 
+    def in_conversation(self, tenant_id: str, conversation_id: str, limit: int = 200) -> list[StoredResponse]:
+        """The stored responses that answered in a named conversation, oldest first (for the console)."""
+        with Session(self._db) as s:
+            return list(
+                s.exec(
+                    select(StoredResponse)
+                    .where(StoredResponse.conversation_id == conversation_id, StoredResponse.tenant_id == tenant_id)
+                    .order_by(col(StoredResponse.created_at))
+                    .limit(limit)
+                ).all()
+            )
+
     def input_items(
         self, tenant_id: str, response_id: str, *, after: str | None = None, limit: int = 20, order: str = "desc"
     ) -> Page:

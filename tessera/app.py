@@ -50,6 +50,7 @@ from console.admin import AdminConsoleController
 from console.audit import AuditConsoleController
 from console.auth import admin_principal, tenant_principal
 from console.batches import BatchesController
+from console.conversations import ConversationsController
 from console.controllers import ConsoleController
 from console.errors import console_error
 from console.keys import KeysController
@@ -223,6 +224,7 @@ def create_app(
             PlaygroundTasksController,
             KeysController,
             BatchesController,
+            ConversationsController,
             UsageController,
             RequestsController,
             AdminConsoleController,
