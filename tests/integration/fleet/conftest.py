@@ -1,6 +1,6 @@
-"""Fixtures of the fleet tests: two real `vllm serve` replicas of the small demo checkpoint, two `vllm serve
---runner pooling` replicas of the demo embedding model and two of the demo Whisper tiny.en, started together once for
-the package, and two gateways on PostgreSQL and Redis in front of them."""
+"""Fixtures of the fleet tests: two real `vllm serve` replicas of the small demo checkpoint and two `vllm serve
+--runner pooling` replicas of the demo embedding model, started together once for the package, and two gateways on
+PostgreSQL and Redis in front of them."""
 
 from __future__ import annotations
 
@@ -18,20 +18,6 @@ from tests.otlp import OtlpReceiver
 
 REDIS_URL = "redis://127.0.0.1:6379/5"
 KEY_SECRET = "fleet-test-secret"
-SPEECH_POOL = "whisper-fleet"  # the remote transcription pool; `whisper` is the in-process one beside it
-
-
-def _speech_pools(speech: Sequence[Replica]) -> list[dict[str, object]]:
-    """The demo Whisper pool in process, and the same checkpoint on the replicas, for the same audio side by side."""
-    return [
-        {"name": "whisper", "kind": "transcription", "kv_cache_gib": 0.25},
-        {
-            "name": SPEECH_POOL,
-            "kind": "transcription",
-            "model": str(MODELS_DIR / "whisper"),
-            "replicas": [r.url for r in speech],
-        },
-    ]
 
 
 @pytest.fixture(scope="package")
@@ -43,31 +29,6 @@ def embedding_replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seq
     logs = tmp_path_factory.mktemp("embedding-replicas")
     started = [
         Replica(default_minilm_dir(), "minilm", free_port(), logs / f"minilm-{i}.log", runner="pooling")
-        for i in range(2)
-    ]
-    try:
-        for replica in started:
-            replica.start()
-        yield started
-    finally:
-        for replica in started:
-            replica.stop()
-
-
-@pytest.fixture(scope="package")
-def speech_replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sequence[Replica]]:
-    """Two replicas of the demo Whisper tiny.en for a remote transcription pool, started (not yet waited for) with
-    the others, so that they load at once; each with the in-process pool's 256 MiB of KV cache."""
-    logs = tmp_path_factory.mktemp("speech-replicas")
-    started = [
-        Replica(
-            MODELS_DIR / "whisper",
-            "whisper",
-            free_port(),
-            logs / f"whisper-{i}.log",
-            runner="transcription",
-            kv_cache_bytes=256 << 20,
-        )
         for i in range(2)
     ]
     try:
@@ -105,20 +66,20 @@ def otlp_receiver() -> Iterator[OtlpReceiver]:
 
 @pytest.fixture(scope="package")
 def replicas(
-    tmp_path_factory: pytest.TempPathFactory, embedding_replicas, speech_replicas, vl_replica, otlp_receiver
+    tmp_path_factory: pytest.TempPathFactory, embedding_replicas, vl_replica, otlp_receiver
 ) -> Iterator[Sequence[Replica]]:
     """Two replicas of their own; TESSERA_TEST_REPLICAS="URL,URL" reuses running ones while developing (the
     failover test then skips: it must kill and restart its replica)."""
     logs = tmp_path_factory.mktemp("replicas")
     if reuse := os.environ.get("TESSERA_TEST_REPLICAS"):
         ports = [int(u.rsplit(":", 1)[1]) for u in reuse.split(",")]
-        for replica in [*embedding_replicas, *speech_replicas]:
+        for replica in embedding_replicas:
             replica.wait_ready()
         yield [Replica(MODELS_DIR / "small", "small", port, logs / f"{port}.log") for port in ports]
         return
     otlp = f"http://127.0.0.1:{otlp_receiver.grpc_port}"
     with running_replicas(MODELS_DIR / "small", "small", 2, logs, otlp_endpoint=otlp) as started:
-        for replica in [*embedding_replicas, *speech_replicas]:
+        for replica in embedding_replicas:
             replica.wait_ready()
         yield started
 
@@ -140,7 +101,6 @@ def _gateway_env(
     *,
     flush: bool = True,
     embedding: Sequence[Replica] = (),
-    speech: Sequence[Replica] = (),
     otlp_port: int | None = None,
 ) -> dict[str, str]:
     import redis
@@ -178,7 +138,6 @@ def _gateway_env(
                     if embedding
                     else []
                 ),
-                *(_speech_pools(speech) if speech else []),
             ]
         ),
     }
@@ -191,19 +150,12 @@ def shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="package")
 def gateway(
-    replicas, embedding_replicas, speech_replicas, otlp_receiver, fleet_db, shared_dir, tmp_path_factory
+    replicas, embedding_replicas, otlp_receiver, fleet_db, shared_dir, tmp_path_factory
 ) -> Iterator[LiveServer]:
-    """The first gateway; it also serves an embedding pool on the two pooling replicas, a transcription pool on the
-    two Whisper replicas beside an in-process one, and exports traces."""
+    """The first gateway; it also serves an embedding pool on the two pooling replicas, and exports traces."""
     data = tmp_path_factory.mktemp("gateway-a")
     env = _gateway_env(
-        replicas,
-        fleet_db,
-        data,
-        shared_dir,
-        embedding=embedding_replicas,
-        speech=speech_replicas,
-        otlp_port=otlp_receiver.grpc_port,
+        replicas, fleet_db, data, shared_dir, embedding=embedding_replicas, otlp_port=otlp_receiver.grpc_port
     )
     yield from run_server(env, data / "server.log")
 
