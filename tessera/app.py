@@ -50,8 +50,8 @@ from console.admin import AdminConsoleController
 from console.audit import AuditConsoleController
 from console.auth import admin_principal, tenant_principal
 from console.batches import BatchesController
-from console.conversations import ConversationsController
 from console.controllers import ConsoleController
+from console.conversations import ConversationsController
 from console.errors import console_error
 from console.keys import KeysController
 from console.playground_tasks import PlaygroundTasksController
