@@ -31,7 +31,9 @@ def _shown(item: dict[str, Any]) -> dict[str, Any]:
         return {"id": item.get("id"), "who": "tool output", "text": str(item.get("output"))}
     content = item.get("content")
     parts = content if isinstance(content, list) else [{"type": "input_text", "text": content}]
-    text = " ".join(MEDIA_NAMES.get(p.get("type"), "") or str(p.get("text") or p.get("refusal") or "") for p in parts)
+    text = " ".join(
+        MEDIA_NAMES.get(str(p.get("type")), "") or str(p.get("text") or p.get("refusal") or "") for p in parts
+    )
     return {"id": item.get("id"), "who": item.get("role"), "text": text}
 
 
