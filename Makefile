@@ -46,9 +46,10 @@ bench-smoke: setup
 	$(VENV)/bin/tessera bench batch --smoke --json artifacts/bench-smoke/batch.json
 	$(VENV)/bin/tessera bench fleet --smoke --json artifacts/bench-smoke/fleet.json
 	$(VENV)/bin/tessera bench load --smoke --json artifacts/bench-smoke/load.json
+	$(VENV)/bin/tessera bench cost --smoke --json artifacts/bench-smoke/cost.json
 
-# The full benches (about 3, 3, 1, 1, 9, 27 and 13 minutes on 2 cores; fleet starts two vLLM replicas of its own,
-# load one).
+# The full benches (about 3, 3, 1, 1, 9, 27, 13 and 13 minutes on 2 cores; fleet starts two vLLM replicas of its
+# own, load one, cost one of each demo pool).
 bench: setup
 	$(VENV)/bin/tessera bench pipeline --json artifacts/bench_pipeline.json
 	$(VENV)/bin/tessera bench latency --json artifacts/bench_latency.json
@@ -58,6 +59,7 @@ bench: setup
 	$(VENV)/bin/tessera bench batch --json artifacts/bench_batch.json
 	$(VENV)/bin/tessera bench fleet --json artifacts/bench_fleet.json --plot artifacts/bench_fleet.png
 	$(VENV)/bin/tessera bench load --json artifacts/bench_load.json --plot artifacts/bench_load.png
+	$(VENV)/bin/tessera bench cost --json artifacts/bench_cost.json
 
 clean:
 	rm -rf $(VENV) .tessera .pytest_cache .mypy_cache .ruff_cache

@@ -11,7 +11,7 @@ SMOKE_HELP = "Tiny counts that still run every step, live server included (a min
 
 
 def add_bench_parser(subparsers: Any) -> None:
-    """Adds `bench pipeline|latency|tenancy|structured|fleet|batch|load|grounding`, each with `--json PATH`
+    """Adds `bench pipeline|latency|tenancy|structured|fleet|batch|load|grounding|cost`, each with `--json PATH`
     (required) and `--smoke`."""
     bench = subparsers.add_parser("bench", help="Benchmarks (each writes JSON; --smoke for a quick check).")
     kinds = bench.add_subparsers(dest="bench_command", required=True)
@@ -48,7 +48,13 @@ def add_bench_parser(subparsers: Any) -> None:
     load.add_argument("--rates", help="Comma-separated ladder of req/s (default 4,8,16,24,32,48,64).")
     load.add_argument("--repeats", type=int, help="Ladders per server, alternating servers (default 3; smoke 1).")
     load.add_argument("--plot", type=Path, help="Also draw TTFT p99 against rate for both servers (PNG).")
-    for p in (pipe, latency, tenancy, structured, fleet, batch, load, grounding):
+    cost = kinds.add_parser(
+        "cost", help="Engine seconds per request of the small and large demo pools on the mixed workload (r)."
+    )
+    cost.add_argument("--rate", type=float, help="Poisson arrivals per second (default 0.25; smoke 1).")
+    cost.add_argument("--requests", type=int, help="Requests per pool and repeat (default 20; smoke 4).")
+    cost.add_argument("--repeats", type=int, help="Runs per pool, alternating pools (default 3; smoke 1).")
+    for p in (pipe, latency, tenancy, structured, fleet, batch, load, grounding, cost):
         p.add_argument("--json", type=Path, required=True, help="Where to write the results.")
         p.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
 
@@ -92,6 +98,12 @@ def run_bench(args: argparse.Namespace) -> None:
 
             rates = [float(r) for r in (args.rates or "").split(",") if r.strip()] or None
             run_load_bench(args.json, settings, smoke=args.smoke, rates=rates, repeats=args.repeats, plot=args.plot)
+        elif args.bench_command == "cost":
+            from bench.cost import run_cost_bench
+
+            run_cost_bench(
+                args.json, settings, smoke=args.smoke, rate=args.rate, requests=args.requests, repeats=args.repeats
+            )
         elif args.bench_command == "fleet":
             from bench.fleet import run_fleet_bench
 

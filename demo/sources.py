@@ -54,16 +54,23 @@ class SmolLM2Source:
         return self._state
 
 
-def transplant_text(thinker: Any, source: dict[str, Any]) -> None:
-    """Copy SmolLM2's Llama weights into the thinker's Qwen2-style text model (q/k/v biases zeroed)."""
+def transplant_text(thinker: Any, source: dict[str, Any], layers: tuple[int, ...] = ()) -> None:
+    """Copy SmolLM2's Llama weights into the thinker's Qwen2-style text model (q/k/v biases zeroed); with `layers`,
+    only those of SmolLM2's layers, in that order (the text model has as many)."""
     import torch
 
     target = thinker.state_dict()
+    place = {source_layer: i for i, source_layer in enumerate(layers)}
     with torch.no_grad():
         for key, value in source.items():
             if key == "lm_head.weight":
                 continue
             dest = key
+            if layers and key.startswith("model.layers."):
+                _, _, index, rest = key.split(".", 3)
+                if int(index) not in place:
+                    continue
+                dest = f"model.layers.{place[int(index)]}.{rest}"
             if dest not in target:
                 raise RuntimeError(f"SmolLM2 weight {key} has no place in the thinker")
             if key == "model.embed_tokens.weight":

@@ -24,6 +24,16 @@ def start_from(trainer: Trainer, path: Path) -> None:
 
     trainer.init_sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
     tensors = load_file(str(path))
+    if trainer.config.towers:  # the towers are another pool's (`borrow_towers`); the text model is this run's
+        loaded = {**trainer.lora, **trainer.text_trainable()}
+        missing = [k for k in loaded if k not in tensors]
+        if missing:
+            raise RuntimeError(f"{path} lacks {missing[:3]}: made with other settings")
+        with torch.no_grad():
+            for k, p in loaded.items():
+                p.copy_(tensors[k])
+        trainer.progress(f"starting from {path}")
+        return
     visual = {k.removeprefix("thinker.visual."): v for k, v in tensors.items() if k.startswith("thinker.visual.")}
     trainer.thinker.visual.load_state_dict(visual)
     audio, lora = trainer.audio_trainable(), trainer.lora
@@ -46,6 +56,25 @@ def start_from(trainer: Trainer, path: Path) -> None:
     trainer.progress(f"starting from {path}")
 
 
+def borrow_towers(trainer: Trainer, path: Path) -> None:
+    """Loads another pool's exported vision tower, audio tower (its trained part) and label head, which this run
+    reads media with and never trains (`towers`)."""
+    import torch
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(path))
+    visual = {k.removeprefix("thinker.visual."): v for k, v in tensors.items() if k.startswith("thinker.visual.")}
+    trainer.thinker.visual.load_state_dict(visual)
+    audio = trainer.audio_trainable()
+    with torch.no_grad():
+        for k, p in audio.items():
+            p.copy_(tensors[k])
+    trainer.heads["label"].load_state_dict(
+        {k.removeprefix("label_head."): v for k, v in tensors.items() if k.startswith("label_head.")}
+    )
+    trainer.progress(f"reading media with the towers of {path}")
+
+
 def _state(trainer: Trainer) -> dict[str, Any]:
     return {
         "step": trainer.step,
@@ -53,6 +82,7 @@ def _state(trainer: Trainer) -> dict[str, Any]:
         "visual": trainer.thinker.visual.state_dict(),
         "audio": {k: v.detach() for k, v in trainer.audio_trainable().items()},
         "lora": {k: v.detach() for k, v in trainer.lora.items()},
+        "text": {k: v.detach() for k, v in trainer.text_trainable().items()},
         "label": trainer.heads["label"].state_dict(),
         "coordinates": trainer.heads["coordinates"].state_dict(),
         "optimizer": trainer.optimizer.state_dict(),
@@ -85,6 +115,9 @@ def resume(trainer: Trainer) -> bool:
     with torch.no_grad():
         for k, v in state["lora"].items():
             trainer.lora[k].copy_(v)
+        text = trainer.text_trainable()
+        for k, v in state.get("text", {}).items():
+            text[k].copy_(v)
         audio = trainer.audio_trainable()
         for k, v in state["audio"].items():
             audio[k].copy_(v)

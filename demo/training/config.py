@@ -10,7 +10,10 @@ from pathlib import Path
 
 TRAIN_SEED = 1
 
-STAGES = ("vision", "audio", "joint")
+# Each stage's place here seeds its random draws (`trainer._rng`), so it never changes; a new stage goes at the end.
+STAGES = ("vision", "audio", "joint", "text")
+# The order the stages run in, on one step counter.
+ORDER = ("vision", "audio", "text", "joint")
 
 
 def native_bf16() -> bool:
@@ -30,6 +33,11 @@ class TrainConfig:
     audio_steps: int = 600
     audio_batch: int = 16
     audio_train_layers: int = 3
+    # *text* (a pool whose text model is cut from SmolLM2's): the adapter re-fits the cut model to the whole one,
+    # whose final hidden states and next-token distributions it learns to reproduce on prose (demo.training.distil)
+    text_steps: int = 0
+    text_batch: int = 8
+    text_length: int = 128  # tokens a window of prose
     steps: int = 700  # joint
     batch: int = 8  # media items per joint step
     text_items: int = 1  # text-only items per joint step, answered as the untouched text model answers them
@@ -94,20 +102,51 @@ class TrainConfig:
     init: str = ""
     # whether `init`'s audio tower (its trained part) is loaded too; False: it starts from Whisper's own weights
     init_audio: bool = True
+    # Another pool's exported weights whose vision tower, audio tower and label head this pool reads its media with,
+    # unchanged (`towers_from` of its spec); empty: the towers are this run's own.
+    towers: str = ""
+    # Whether the vision merger trains in the joint stage (off when the towers are another pool's).
+    joint_merger: bool = True
+    # Whether the text model's layers train whole (a model cut from SmolLM2's needs more than an adapter) rather
+    # than through LoRA; the embeddings and lm_head stay frozen either way.
+    text_full: bool = False
+
+    @classmethod
+    def for_pool(cls, pool: str) -> TrainConfig:
+        """The defaults of `pool`: `small`'s text model is cut from SmolLM2's and its towers are `large`'s, so it
+        re-fits the cut (text stage) and learns to answer (joint stage), its text layers training whole."""
+        if pool != "small":
+            return cls(pool=pool)
+        return cls(
+            pool=pool,
+            vision_steps=0,
+            audio_steps=0,
+            text_steps=400,
+            steps=600,
+            lr=3e-4,
+            text_full=True,
+            joint_merger=False,
+        )
 
     @property
     def total_steps(self) -> int:
-        return self.vision_steps + self.audio_steps + self.steps
+        return self.vision_steps + self.audio_steps + self.text_steps + self.steps
+
+    @property
+    def _lengths(self) -> dict[str, int]:
+        return {"vision": self.vision_steps, "audio": self.audio_steps, "text": self.text_steps, "joint": self.steps}
 
     def stage(self, step: int) -> str:
-        if step < self.vision_steps:
-            return "vision"
-        return "audio" if step < self.vision_steps + self.audio_steps else "joint"
+        for stage in ORDER[:-1]:
+            first, length = self.stage_span(stage)
+            if step < first + length:
+                return stage
+        return ORDER[-1]
 
     def stage_span(self, stage: str) -> tuple[int, int]:
         """(first step, number of steps) of `stage`."""
-        lengths = {"vision": self.vision_steps, "audio": self.audio_steps, "joint": self.steps}
-        first = sum(lengths[s] for s in STAGES[: STAGES.index(stage)])
+        lengths = self._lengths
+        first = sum(lengths[s] for s in ORDER[: ORDER.index(stage)])
         return first, lengths[stage]
 
     @property

@@ -83,6 +83,8 @@ def export(trainer: Trainer, out_dir: Path) -> Path:
     label head) and a manifest beside them."""
     from safetensors.torch import save_file
 
+    if trainer.config.towers:
+        return _export_text(trainer, out_dir)
     tensors = {f"thinker.visual.{k}": v.detach().contiguous() for k, v in trainer.thinker.visual.state_dict().items()}
     tensors.update({k: v.detach().contiguous() for k, v in trainer.audio_trainable().items()})
     tensors.update({k: v.detach().contiguous() for k, v in trainer.lora.items()})
@@ -106,10 +108,6 @@ def export(trainer: Trainer, out_dir: Path) -> Path:
     }
     save_file(tensors, str(path), metadata=metadata)
 
-    def mean_of(key: str, stage: str) -> float | None:
-        values = [h[key] for h in trainer.history if key in h and trainer.config.stage(int(h["step"]) - 1) == stage]
-        return float(np.mean(values[-50:])) if values else None
-
     keys = {
         "vision": [
             "loss",
@@ -128,11 +126,49 @@ def export(trainer: Trainer, out_dir: Path) -> Path:
         "started_from_sha256": trainer.init_sha256,
         "lineage": lineage_of(Path(trainer.config.init)) if trainer.config.init else [],
         "final": trainer.history[-1] if trainer.history else None,
-        "last_50": {stage: {k: mean_of(k, stage) for k in names} for stage, names in keys.items()},
+        "last_50": _last_50(trainer, keys),
         "label_head_calibration": {
             "margin": calibration.margin,
             "scenes agreeing, by margin": {str(m): round(v, 4) for m, v in calibration.agreement.items()},
         },
+    }
+    (out_dir / MANIFEST_NAME.format(pool=trainer.config.pool)).write_text(json.dumps(manifest, indent=2) + "\n")
+    return path
+
+
+def _last_50(trainer: Trainer, keys: dict[str, list[str]]) -> dict[str, dict[str, float | None]]:
+    def mean_of(key: str, stage: str) -> float | None:
+        values = [h[key] for h in trainer.history if key in h and trainer.config.stage(int(h["step"]) - 1) == stage]
+        return float(np.mean(values[-50:])) if values else None
+
+    return {stage: {k: mean_of(k, stage) for k in names} for stage, names in keys.items()}
+
+
+def _export_text(trainer: Trainer, out_dir: Path) -> Path:
+    """A pool that reads media with another pool's towers (`towers`) exports its text model alone: the layers that
+    trained whole (as float16) and any LoRA, with a manifest; `build-demo` lays them over the cut SmolLM2."""
+    import torch
+    from safetensors.torch import save_file
+
+    tensors = {k: v.detach().to(torch.float16).contiguous() for k, v in trainer.text_trainable().items()}
+    tensors.update({k: v.detach().contiguous() for k, v in trainer.lora.items()})
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / WEIGHTS_NAME.format(pool=trainer.config.pool)
+    save_file(tensors, str(path), metadata={"lora_scale": str(trainer.config.lora_scale)})
+    towers = Path(trainer.config.towers)
+    config = {**asdict(trainer.config), "towers": towers.name}
+    if trainer.config.init:
+        config["init"] = "(the run of lineage[0])"
+    keys = {"text": ["hidden error", "kl", "top-1 agreement"], "joint": ["answer loss", "text loss"]}
+    manifest = {
+        "config": config,
+        "weights_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        "towers_sha256": hashlib.sha256(towers.read_bytes()).hexdigest(),
+        "prose_sha256": trainer.prose_sha256,
+        "started_from_sha256": trainer.init_sha256,
+        "lineage": lineage_of(Path(trainer.config.init)) if trainer.config.init else [],
+        "final": trainer.history[-1] if trainer.history else None,
+        "last_50": _last_50(trainer, keys),
     }
     (out_dir / MANIFEST_NAME.format(pool=trainer.config.pool)).write_text(json.dumps(manifest, indent=2) + "\n")
     return path

@@ -52,9 +52,10 @@ import numpy as np
 
 from demo.golden import MIXES, GoldenItem, training_items
 from demo.speech import render_clip
-from demo.training.checkpoint import resume, save_checkpoint, start_from
+from demo.training.checkpoint import borrow_towers, resume, save_checkpoint, start_from
 from demo.training.config import STAGES, TrainConfig, learning_rate
 from demo.training.curriculum import enlarged, free_layout_item, lone_shape_item, vision_scene, weighted_items
+from demo.training.distil import distil_loss, prose_windows
 from demo.training.stage_losses import (
     LABELS,
     WordTargets,
@@ -83,7 +84,9 @@ def _rng(config: TrainConfig, stage: str, step: int) -> np.random.Generator:
 
 
 class Trainer:
-    def __init__(self, checkpoint: Path, work_dir: Path, config: TrainConfig, progress: Progress) -> None:
+    def __init__(
+        self, checkpoint: Path, work_dir: Path, config: TrainConfig, progress: Progress, teacher: Path | None = None
+    ) -> None:
         import torch
 
         torch.set_num_threads(config.threads)
@@ -97,8 +100,15 @@ class Trainer:
             raise ValueError(f"--joint-vision-blocks {config.joint_vision_blocks}: the vision tower has {depth} blocks")
         for p in self.thinker.parameters():
             p.requires_grad_(False)
-        self.lora = install_lora(
-            self.thinker.model, config.lora_rank, config.lora_scale, config.seed, config.lora_targets
+        # The whole model a cut text model re-fits to (the text stage), and whose answers the text items are.
+        self.teacher = load_thinker(teacher)[0].eval() if teacher is not None else None
+        if self.teacher is not None:
+            for p in self.teacher.parameters():
+                p.requires_grad_(False)
+        self.lora = (
+            {}
+            if config.text_full
+            else install_lora(self.thinker.model, config.lora_rank, config.lora_scale, config.seed, config.lora_targets)
         )
         hidden = self.thinker.config.text_config.hidden_size
         self.heads: dict[str, Any] = {
@@ -114,12 +124,26 @@ class Trainer:
         # joint stage never uses them, so it does not spend minutes making them.
         answers = work_dir / "text_answers.json"
         self.text_items = (
-            own_answers(self.thinker, self.processor, answers, lambda q: prompt_text(q, media=()), progress=progress)
-            if config.text_items and config.steps
+            own_answers(
+                self.teacher or self.thinker,
+                self.processor,
+                answers,
+                lambda q: prompt_text(q, media=()),
+                progress=progress,
+            )
+            if config.text_items and (config.steps or config.text_steps)
             else []
         )
+        if config.text_steps and self.teacher is None:
+            raise ValueError("the text stage needs a teacher: the whole text model the cut one re-fits to")
+        self.prose: Any = None
+        self.prose_sha256 = ""
+        if config.text_steps:
+            self.prose, self.prose_sha256 = prose_windows(self.processor.tokenizer, config.text_length, self.text_items)
         if config.init:
             start_from(self, Path(config.init))
+        if config.towers:
+            borrow_towers(self, Path(config.towers))
         self.configure(config.stage(0))
         resume(self)
         self.items: dict[str, Iterator[GoldenItem]] = {
@@ -132,6 +156,17 @@ class Trainer:
             self._joint_items(done)  # a resumed run draws on from where its first run stopped
 
     # -- what trains in each stage -------------------------------------------------------------------------------
+
+    def text_trainable(self) -> dict[str, Any]:
+        """The text model's own parameters that train whole (`text_full`: every layer and the final norm, not the
+        embeddings), under their checkpoint names; empty when an adapter trains instead."""
+        if not self.config.text_full:
+            return {}
+        return {
+            f"thinker.model.{name}": p
+            for name, p in self.thinker.model.named_parameters()
+            if name.startswith(("layers.", "norm."))
+        }
 
     def audio_trainable(self) -> dict[str, Any]:
         """The audio tower's parameters training changes, under their checkpoint names."""
@@ -150,12 +185,16 @@ class Trainer:
             return [*self.thinker.visual.parameters(), *label.parameters(), *coordinates.parameters()]
         if stage == "audio":
             return list(self.audio_trainable().values())
+        text = [*self.lora.values(), *self.text_trainable().values()]
+        if stage == "text":
+            return text
         audio = list(self.audio_trainable().values()) if self.config.joint_audio else []
         visual_blocks = list(self.thinker.visual.blocks)
         blocks = visual_blocks[len(visual_blocks) - self.config.joint_vision_blocks :]
+        merger = list(self.thinker.visual.merger.parameters()) if self.config.joint_merger else []
         return [
-            *self.lora.values(),
-            *self.thinker.visual.merger.parameters(),
+            *text,
+            *merger,
             *[p for block in blocks for p in block.parameters()],
             *audio,
             *label.parameters(),
@@ -170,6 +209,7 @@ class Trainer:
             *self.thinker.visual.parameters(),
             *self.thinker.audio_tower.parameters(),
             *self.lora.values(),
+            *self.text_trainable().values(),
             *self.heads["label"].parameters(),
             *self.heads["coordinates"].parameters(),
         ]
@@ -285,6 +325,11 @@ class Trainer:
         out, token_lens = self._audio_tokens(self._audio_inputs(clips))
         return audio_stage_loss(out, token_lens, clips, self.targets, self.config)
 
+    def text_loss(self) -> tuple[Any, dict[str, float]]:
+        rng = _rng(self.config, "text", self.step)
+        rows = rng.choice(len(self.prose), size=self.config.text_batch, replace=False)
+        return distil_loss(self.thinker, self.teacher, self.prose[rows], rng)
+
     def joint_loss(self) -> tuple[Any, dict[str, float]]:
         thinker = self.thinker
         items = self._joint_items(self.step)
@@ -357,7 +402,12 @@ class Trainer:
             stage_start, stage_steps = config.stage_span(self.stage)
             for group in self.optimizer.param_groups:
                 group["lr"] = learning_rate(self.step - stage_start, config, stage_steps)
-            losses = {"vision": self.vision_loss, "audio": self.audio_loss, "joint": self.joint_loss}
+            losses = {
+                "vision": self.vision_loss,
+                "audio": self.audio_loss,
+                "text": self.text_loss,
+                "joint": self.joint_loss,
+            }
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=config.bf16):
                 total, stats = losses[self.stage]()
             self.optimizer.zero_grad(set_to_none=True)

@@ -110,11 +110,28 @@ def _guardrail(judged: list[ItemResult]) -> dict[str, Any] | None:
     by_evidence = {name: flag_figures(evidence_flags(judged, name)) for name in EVIDENCE}
     if any(r.evidence_scores for r in judged):
         out["by_evidence"] = by_evidence
+    if any(r.score is not None or r.evidence_scores for r in judged):
+        out["auroc"] = {
+            "both": auroc([(r.score, r.correct) for r in judged]),
+            **{name: auroc([((r.evidence_scores or {}).get(name), r.correct) for r in judged]) for name in EVIDENCE},
+        }
     if all(r.score is not None for r in judged):
         out["by_threshold"] = {
             str(t): flag_figures([(r.score is not None and r.score < t, r.correct) for r in judged]) for t in THRESHOLDS
         }
     return out
+
+
+def auroc(scored: list[tuple[float | None, bool]]) -> float | None:
+    """How well a grounding score tells wrong answers from right ones, whatever the threshold: the chance that a
+    wrong answer scores below a right one (ties count half), over the answers that have a score; None without both
+    a wrong and a right one. 0.5 is chance, 1.0 every wrong answer below every right one."""
+    wrong = [score for score, correct in scored if score is not None and not correct]
+    right = [score for score, correct in scored if score is not None and correct]
+    if not wrong or not right:
+        return None
+    below = sum((w < r) + 0.5 * (w == r) for w in wrong for r in right)
+    return round(below / (len(wrong) * len(right)), 4)
 
 
 def evidence_flags(results: list[ItemResult], evidence: str) -> list[tuple[bool, bool]]:

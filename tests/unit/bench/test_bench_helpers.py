@@ -64,7 +64,7 @@ def test_smoke_is_smaller_and_skips_one_engine(tmp_path):
     assert [p["name"] for p in _live_pools(tmp_path, SMOKE)] == ["adm-on", "adm-off"]
 
 
-@pytest.mark.parametrize("kind", ["pipeline", "latency", "tenancy"])
+@pytest.mark.parametrize("kind", ["pipeline", "latency", "tenancy", "cost"])
 def test_each_bench_needs_json_and_takes_smoke(kind):
     parser = argparse.ArgumentParser()
     add_bench_parser(parser.add_subparsers(dest="command"))

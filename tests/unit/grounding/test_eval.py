@@ -20,7 +20,7 @@ from demo.suite import golden_suite
 from grounding.eval import harness
 from grounding.eval.cli import add_eval_parser, run_eval
 from grounding.eval.harness import request_messages, run_items
-from grounding.eval.metrics import EvalFailure, ItemResult, check_well_formed, gate, metrics, summarise
+from grounding.eval.metrics import EvalFailure, ItemResult, auroc, check_well_formed, gate, metrics, summarise
 from grounding.eval.report import render_html
 from grounding.eval.verdicts import guardrail_details, guardrail_flag
 
@@ -76,6 +76,22 @@ def test_guardrail_figures_at_other_thresholds_come_from_the_scores():
     assert [g[k] for k in ("precision", "recall")] == [0.5, 0.5]  # as the server flagged
     unscored = [ItemResult(**{**r.__dict__, "flagged": False}) for r in RESULTS]
     assert "by_threshold" not in metrics(unscored)["guardrail"], "no scores: no figures at other thresholds"
+
+
+def test_auroc_says_how_well_each_evidence_ranks_wrong_answers_below_right_ones():
+    scores = [0.8, 0.5, 1.0, 0.8, 1.0]  # right, wrong, right, wrong, right
+    heads = [0.9, 0.1, 0.05, None, 0.95]  # the label head gave the fourth (wrong) answer no score
+    judged = [
+        ItemResult(**{**r.__dict__, "flagged": sc < 0.9, "score": sc, "evidence_scores": {"label_head": h}})
+        for r, sc, h in zip(RESULTS, scores, heads, strict=True)
+    ]
+    g = metrics(judged)["guardrail"]
+    # both: the wrong 0.5 is below all three right ones; the wrong 0.8 ties the right 0.8 and is below two 1.0s
+    assert g["auroc"]["both"] == round((3 + 2.5) / 6, 4)
+    assert g["auroc"]["label_head"] == round(2 / 3, 4)  # 0.1 is below 0.9 and 0.95, above 0.05
+    assert g["auroc"]["judge"] is None  # no judge scores at all
+    assert auroc([(0.3, True), (0.3, False)]) == 0.5
+    assert auroc([(0.9, True), (0.9, True)]) is None  # no wrong answer to rank
 
 
 def test_slices_and_gate():
