@@ -257,7 +257,7 @@ UNENFORCEABLE = {"type": "object", "properties": {"a": {"$ref": "#/$defs/missing
     [
         ("stream", {"background": True, "stream": True}),
         ("store", {"background": True, "store": False}),
-        ("conversation", {"conversation": "conv_123"}),
+        ("conversation", {"conversation": "conv_123", "previous_response_id": "resp_1"}),  # one or the other
         ("include", {"include": ["message.output_text.logprobs"]}),
         ("reasoning", {"reasoning": {"effort": "low"}}),
         ("truncation", {"truncation": "auto"}),
