@@ -135,6 +135,24 @@ SMOLLM2_SHAPE: dict[str, Any] = {
     "text_intermediate": 1536,
 }
 
+
+# The towers `large` trains for the grounding world, and their processors.
+GROUNDING_TOWERS: dict[str, Any] = {
+    "vision_depth": 4,
+    "vision_hidden": 256,
+    "audio_layers": 4,
+    "audio_hidden": 384,
+    "whisper_audio": True,
+    # Every image is scaled to about 224x224 (64 tokens), so a 64 px image still has a grid the world's five
+    # positions fit in; every vision block attends across the whole image, so a token can tell where it is (its
+    # share of the tokens to each side) and not only what surrounds it.
+    "min_pixels": 224 * 224,
+    "vision_full_attention": (0, 1, 2, 3),
+    # 8 s chunks: each of the world's sentences, even said slowly with pauses, falls in one, so no word is cut in
+    # two at a chunk's edge (with 2 s chunks a weekday said about 2 s in was heard as another day)
+    "audio_window": 400,
+}
+
 DEMO_SPECS: dict[str, DemoSpec] = {
     "small": DemoSpec(
         name="small",
@@ -162,20 +180,8 @@ DEMO_SPECS: dict[str, DemoSpec] = {
             "Whisper tiny.en's encoder as its audio tower."
         ),
         seed=70,
-        vision_depth=4,
-        vision_hidden=256,
-        audio_layers=4,
-        audio_hidden=384,
         smollm2_text=True,
-        whisper_audio=True,
-        # Every image is scaled to about 224x224 (64 tokens), so a 64 px image still has a grid the world's five
-        # positions fit in; every vision block attends across the whole image, so a token can tell where it is
-        # (its share of the tokens to each side) and not only what surrounds it.
-        min_pixels=224 * 224,
-        vision_full_attention=(0, 1, 2, 3),
-        # 8 s chunks: each of the world's sentences, even said slowly with pauses, falls in one, so no word is cut
-        # in two at a chunk's edge (with 2 s chunks a weekday said about 2 s in was heard as another day)
-        audio_window=400,
+        **GROUNDING_TOWERS,
         **SMOLLM2_SHAPE,
     ),
 }
@@ -202,16 +208,9 @@ TRAINED_SPECS: dict[str, DemoSpec] = {
         # evenly spread: on this project's docs the cut's next-token guesses lie nearest the whole model's so
         # (KL 13.5 nats before re-fitting; the first four and the last: 18.3)
         text_layers_kept=(0, 7, 14, 22, 29),
-        vision_depth=4,
-        vision_hidden=256,
-        audio_layers=4,
-        audio_hidden=384,
         smollm2_text=True,
-        whisper_audio=True,
-        min_pixels=224 * 224,
-        vision_full_attention=(0, 1, 2, 3),
-        audio_window=400,
         towers_from="large",
+        **GROUNDING_TOWERS,
     ),
 }
 
