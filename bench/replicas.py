@@ -1,6 +1,6 @@
 """Local `vllm serve` replicas of a demo checkpoint, for the fleet tests and `tessera bench fleet`.
 
-Each replica is started with the flags a remote pool needs (see README, "A fleet of vLLM servers"), on
+Each replica is started with the flags a remote pool needs (docs/fleet.md, "Running one locally"), on
 127.0.0.1, in float32 with one compute thread, and can be killed and restarted on the same port.
 """
 
