@@ -26,7 +26,7 @@ from typing import Any
 from bench.common import BenchFailure, Progress, check_report, metric, spread, stamp, write_report
 from bench.fleet_phase import open_loop, warm_up
 from bench.fleet_workload import FleetSizes, workload
-from bench.load import WORKLOADS
+from bench.load import WORKLOADS, _Bare
 from bench.replicas import Replica
 from bench.server import free_port
 from config.settings import Settings
@@ -45,14 +45,6 @@ class CostRun:
 
 FULL = CostRun()
 SMOKE = CostRun(requests=4, rate=1.0, max_tokens=4, repeats=1)
-
-
-@dataclass(frozen=True)
-class _Bare:
-    """A bare `vllm serve` replica, addressed like a live server (it ignores the bearer key)."""
-
-    base: str
-    key: str = "EMPTY"
 
 
 def _sizes(run: CostRun, pool: str, seed: int) -> FleetSizes:

@@ -200,17 +200,13 @@ TRAINED_SPECS: dict[str, DemoSpec] = {
             "large's towers."
         ),
         seed=8,
-        text_layers=5,
-        text_hidden=576,
-        text_heads=9,
-        text_kv_heads=3,
-        text_intermediate=1536,
         # evenly spread: on this project's docs the cut's next-token guesses lie nearest the whole model's so
         # (KL 13.5 nats before re-fitting; the first four and the last: 18.3)
         text_layers_kept=(0, 7, 14, 22, 29),
         smollm2_text=True,
         towers_from="large",
         **GROUNDING_TOWERS,
+        **{**SMOLLM2_SHAPE, "text_layers": 5},
     ),
 }
 

@@ -19,32 +19,19 @@ if TYPE_CHECKING:
 def start_from(trainer: Trainer, path: Path) -> None:
     """Loads an earlier run's exported weights: the vision tower, the audio tower's trained part (unless
     `init_audio` is off), the adapter and the label head (the heads used only in training start afresh)."""
-    import torch
     from safetensors.torch import load_file
 
     trainer.init_sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
     tensors = load_file(str(path))
     if trainer.config.towers:  # the towers are another pool's (`borrow_towers`); the text model is this run's
-        loaded = {**trainer.lora, **trainer.text_trainable()}
-        missing = [k for k in loaded if k not in tensors]
-        if missing:
-            raise RuntimeError(f"{path} lacks {missing[:3]}: made with other settings")
-        with torch.no_grad():
-            for k, p in loaded.items():
-                p.copy_(tensors[k])
+        _copy_in({**trainer.lora, **trainer.text_trainable()}, tensors, path)
         trainer.progress(f"starting from {path}")
         return
     visual = {k.removeprefix("thinker.visual."): v for k, v in tensors.items() if k.startswith("thinker.visual.")}
     trainer.thinker.visual.load_state_dict(visual)
     audio, lora = trainer.audio_trainable(), trainer.lora
     label = {k.removeprefix("label_head."): v for k, v in tensors.items() if k.startswith("label_head.")}
-    loaded = {**(audio if trainer.config.init_audio else {}), **lora}
-    missing = [k for k in loaded if k not in tensors]
-    if missing:
-        raise RuntimeError(f"{path} lacks {missing[:3]}: made with other settings")
-    with torch.no_grad():
-        for k, p in loaded.items():
-            p.copy_(tensors[k])
+    _copy_in({**(audio if trainer.config.init_audio else {}), **lora}, tensors, path)
     trainer.heads["label"].load_state_dict(label)
     if trainer.config.init_audio and trainer.config.audio_steps:
         trainer.fit_audio_length()
@@ -56,19 +43,27 @@ def start_from(trainer: Trainer, path: Path) -> None:
     trainer.progress(f"starting from {path}")
 
 
+def _copy_in(parameters: dict[str, Any], tensors: dict[str, Any], path: Path) -> None:
+    """Copies exported `tensors` into the run's `parameters` of the same names; every one must be there."""
+    import torch
+
+    missing = [k for k in parameters if k not in tensors]
+    if missing:
+        raise RuntimeError(f"{path} lacks {missing[:3]}: made with other settings")
+    with torch.no_grad():
+        for k, p in parameters.items():
+            p.copy_(tensors[k])
+
+
 def borrow_towers(trainer: Trainer, path: Path) -> None:
     """Loads another pool's exported vision tower, audio tower (its trained part) and label head, which this run
     reads media with and never trains (`towers`)."""
-    import torch
     from safetensors.torch import load_file
 
     tensors = load_file(str(path))
     visual = {k.removeprefix("thinker.visual."): v for k, v in tensors.items() if k.startswith("thinker.visual.")}
     trainer.thinker.visual.load_state_dict(visual)
-    audio = trainer.audio_trainable()
-    with torch.no_grad():
-        for k, p in audio.items():
-            p.copy_(tensors[k])
+    _copy_in(trainer.audio_trainable(), tensors, path)
     trainer.heads["label"].load_state_dict(
         {k.removeprefix("label_head."): v for k, v in tensors.items() if k.startswith("label_head.")}
     )
