@@ -26,12 +26,15 @@ step counter:
    answer loss and its stage loss. The audio tower stays as its stage left it (`joint_audio`). Each step also
    carries `text_items` text-only turns answered as the untouched text model answered them
    (demo.training.text_keep), so the adapter leaves plain chat as it found it.
+A pool whose text model is cut from SmolLM2's (`small`, `TrainConfig.for_pool`) runs a *text* stage before the
+joint one (`text_steps`; demo.training.distil): its layers train whole (`text_full`) to reproduce the whole model,
+the `teacher`, and it reads media with another pool's towers (`towers`, never trained), exporting its layers alone.
 Beside this module in demo.training: the stage losses and word targets (`stage_losses`), what each stage sees
 (`curriculum`), the thinker's loading, chat template and LoRA (`thinker`), the settings (`config`), the exported
 weights and their manifest (`output`), checkpoints and `init` (`checkpoint`).
-The text model's own weights stay frozen; `build-demo` merges the LoRA into them. Where the CPU multiplies bfloat16
-natively, matrix products run under bfloat16 autocast (`bf16`), about twice as fast; the weights and the optimizer
-stay float32. `init` starts from an earlier run's exported weights instead of from nothing.
+Otherwise the text model's own weights stay frozen; `build-demo` merges the LoRA into them. Where the CPU
+multiplies bfloat16 natively, matrix products run under bfloat16 autocast (`bf16`), about twice as fast; the weights
+and the optimizer stay float32. `init` starts from an earlier run's exported weights instead of from nothing.
 
 Training is seeded and deterministic on one machine: stages 1 and 2 draw scenes and clips from a generator seeded
 by (seed, stage, step), stage 3 draws items from `demo.golden.training_items`, never from the held-out seeds,
