@@ -30,9 +30,17 @@ from console.usage import csv_response, date_range, day_bounds, gauges, usage_cs
 from serving.errors import InvalidRequest
 from serving.metrics import ServerMetrics
 from serving.pools import PoolRegistry
+from serving.routing import ROUTING_POLICIES
 from storage.batches import BatchStore
 from tenancy.console_sessions import ConsoleSessions
-from tenancy.directory import GROUNDING_EVIDENCE, GROUNDING_POLICIES, Directory, Principal, Tenant, TenantQuota
+from tenancy.directory import (
+    GROUNDING_EVIDENCE,
+    GROUNDING_POLICIES,
+    Directory,
+    Principal,
+    Tenant,
+    TenantQuota,
+)
 from tenancy.limits import RateLimiter
 from tenancy.metering import month_by_tenant
 
@@ -41,6 +49,7 @@ Form = Annotated[dict[str, Any], Body(media_type=RequestEncodingType.URL_ENCODED
 QUOTA_FORM = {
     "grounding_policies": GROUNDING_POLICIES,
     "grounding_evidence": GROUNDING_EVIDENCE,
+    "routing_policies": ROUTING_POLICIES,
     "threshold_step": threshold_step,
     "new_quota": TenantQuota(tenant_id=""),
 }

@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 from serving.errors import InvalidRequest
+from serving.routing import ROUTING_POLICIES
 from tenancy.directory import GROUNDING_EVIDENCE, GROUNDING_POLICIES, MAX_RETENTION_DAYS
 
 THRESHOLD_STEP = 0.05  # the threshold box's step; any value in [0, 1] is taken
@@ -98,6 +99,7 @@ def guardrail_fields(data: dict[str, Any]) -> dict[str, Any]:
     for name, label, choices in (
         ("grounding_policy", "Guardrail policy", GROUNDING_POLICIES),
         ("grounding_evidence", "Guardrail evidence", GROUNDING_EVIDENCE),
+        ("routing_policy", "Routing policy", ROUTING_POLICIES),
     ):
         if name in data:
             value = str(data[name]).strip()

@@ -69,6 +69,7 @@ def _row(r: dict[str, Any], grounding: bool = False) -> dict[str, Any]:
         "input_tokens": t["text"] + t["image"] + t["audio"],
         "cost": money(r["cost_micros"]),
         "grounding_pending": pending,
+        "followed_by": [{**a, "cost": money(a["cost_micros"])} for a in r.get("followed_by", [])],
     }
 
 

@@ -65,6 +65,8 @@ class TenantQuota(SQLModel, table=True):
     # Stored responses (`/v1/responses` with `store`): off turns storage off for the tenant; kept this many days.
     store_responses: bool = True
     response_retention_days: int = 30
+    # What `model: "auto"` does for the tenant (serving.routing): heuristic | cascade | weakest | strongest.
+    routing_policy: str = Field(default="heuristic", max_length=16)
 
 
 class InferenceRequest(SQLModel, table=True):
@@ -110,6 +112,9 @@ class InferenceRequest(SQLModel, table=True):
     audio_ms: int = 0  # a transcription's audio, billed per second
     cached_audio_ms: int = 0  # of it, what the tenant's results cache answered (billed at the cached rate)
     trace_id: str | None = Field(default=None, max_length=32)  # its OpenTelemetry trace, when traces are on
+    route_reason: str | None = Field(default=None, max_length=96)  # why routing chose its pool (serving.routing)
+    # A second attempt at the same answer (a cascade's escalation, a guardrail's regeneration): the first's id.
+    attempt_of: str | None = Field(default=None, max_length=64, index=True)
 
 
 class TranscriptionCacheEntry(SQLModel, table=True):

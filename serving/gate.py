@@ -6,6 +6,11 @@ and `block` the answer waits for its verdict; under `block` a whole answer that 
 strongest pool, and a second failure is refused. Endpoints differ only in how they render an answer, so they hand
 their renderer in: chat completions, the Responses API, the console's playground and batch lines all get the
 caller's policy the same way. Both attempts of a regenerated answer ran on an engine, so both are metered.
+
+The caller's routing policy `cascade` (serving.routing) runs here too: a whole answer that routing sent to the
+weakest pool first (`CASCADE_FIRST`) waits for its verdict whatever the guardrail, and stands only when it passes;
+otherwise the strongest pool answers instead, and the caller's guardrail judges that answer as its first. The second
+attempt's receipt names the first (`attempt_of`), with the reason it escalated.
 """
 
 from __future__ import annotations
@@ -15,7 +20,9 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 
 from serving.completion import Completion
-from serving.policy import CallerIdentity, CallerPolicy
+from serving.policy import CallerIdentity, CallerPolicy, QuotaHold
+from serving.record import TokenUsage
+from serving.routing import CASCADE_FIRST
 from serving.tracing import step
 
 if TYPE_CHECKING:
@@ -76,28 +83,98 @@ async def gated_answer(
     render: Callable[[Completion], Awaitable[Body]],
 ) -> GatedAnswer[Body]:
     """Start `request`, render its whole answer with `render` (which consumes the completion), and apply the
-    caller's guardrail: wait for the verdict, regenerate once on the strongest pool, refuse."""
+    caller's routing cascade and guardrail: wait for the verdict, escalate or regenerate once on the strongest pool,
+    refuse."""
     identity = caller.identity
-    completion = await service.start(request, caller)
+    cascading = gate is not None and identity.routing_policy == "cascade"
+    completion = await service.start(request, _Checked(caller) if cascading else caller)
+    attempt = 0
+    if gate is not None and completion.submission.route_reason.startswith(CASCADE_FIRST):
+        escalated = await _cascade(service, gate, request, caller, render, completion)
+        if isinstance(escalated, GatedAnswer):
+            return escalated
+        completion, attempt = escalated, 1  # under `block`, a failing escalated answer is refused, not retried
     if gate is None or not gate.waits(identity, completion):
         return GatedAnswer(await render(completion), completion)
     body = await render(completion)
     with step("tessera.guardrail", **{"tessera.policy": identity.grounding_policy}):
         verdict = await gate.verdict(completion.request_id)
-    action = gate.action(identity, verdict, streamed=False, attempt=0)
+    action = gate.action(identity, verdict, streamed=False, attempt=attempt)
     regenerated = False
     if action == "regenerate":
         strongest = service.strongest_model(completion.submission.modalities)
         if completion.model == strongest and request.params.temperature == 0:
             action = "refuse"  # greedy decoding on the same pool would only give the same answer again
         else:
-            completion = await service.start(replace(request, model=strongest), caller)
+            again = replace(
+                request,
+                model=strongest,
+                attempt_of=completion.request_id,
+                route_reason=f"regenerated: grounding failed on {completion.model}",
+            )
+            completion = await service.start(again, caller)
             gate.waits(identity, completion)
             body = await render(completion)
             verdict = await gate.verdict(completion.request_id)
             action, regenerated = gate.action(identity, verdict, streamed=False, attempt=1), True
     refused = action == "refuse" and verdict is not None
     return GatedAnswer(body, completion, verdict, refused=refused, regenerated=regenerated)
+
+
+async def _cascade(
+    service: InferenceService,
+    gate: GroundingGate,
+    request: GenerationRequest,
+    caller: CallerPolicy,
+    render: Callable[[Completion], Awaitable[Body]],
+    first: Completion,
+) -> GatedAnswer[Body] | Completion:
+    """A cascade's first attempt, on the weakest pool: the answer with its verdict when it passes, else the
+    strongest pool's completion, started in its place."""
+    gate.waits(_Checked(caller).identity, first)  # starts the clip's transcript while the answer is generated
+    body = await render(first)
+    with step("tessera.cascade", **{"tessera.model": first.model}) as checked:
+        verdict = await gate.verdict(first.request_id)
+        checked.set_attributes({"tessera.passed": verdict is not None and verdict.passed})
+    if verdict is not None and verdict.passed:
+        shown = gate.action(caller.identity, verdict, streamed=False, attempt=0) != "none"
+        return GatedAnswer(body, first, verdict if shown else None)
+    why = "no verdict" if verdict is None else "grounding failed"
+    strongest = service.strongest_model(first.submission.modalities)
+    escalation = replace(
+        request,
+        model=strongest,
+        attempt_of=first.request_id,
+        route_reason=f"cascade: escalated from {first.model} ({why})",
+    )
+    return await service.start(escalation, caller)
+
+
+@dataclass(frozen=True)
+class _Checked:
+    """The caller as a cascade's first attempt sees it: its answer is scored and waited for, whatever the caller's
+    guardrail (`flag` where the guardrail would not wait); everything else is the caller's own."""
+
+    caller: CallerPolicy
+
+    @property
+    def identity(self) -> CallerIdentity:
+        identity = self.caller.identity
+        waits = identity.grounding_policy in ("flag", "block")
+        return identity if waits else replace(identity, grounding_policy="flag")
+
+    @property
+    def cache_salt(self) -> str | None:
+        return self.caller.cache_salt
+
+    def check_model(self, model: str) -> None:
+        self.caller.check_model(model)
+
+    async def precheck(self) -> None:
+        await self.caller.precheck()
+
+    async def reserve(self, model: str, worst: TokenUsage) -> QuotaHold:
+        return await self.caller.reserve(model, worst)
 
 
 def stream_verdict(gate: GroundingGate | None, caller: CallerPolicy, completion: Completion) -> VerdictSource | None:

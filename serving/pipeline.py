@@ -16,7 +16,7 @@ from serving.encoders.counting import AUDIO_SAMPLE_RATE
 from serving.errors import EngineUnavailable
 from serving.ingest import MediaIngest, MessageLike, MessagePlan, ProbedMedia, plan_messages
 from serving.pools import ModelPool, PoolRegistry
-from serving.routing import AUTO, PoolView, RouteRequest, RoutingPolicy, route
+from serving.routing import AUTO, DEFAULT_ROUTING_POLICY, PoolView, RouteRequest, RoutingPolicy, route
 
 
 @dataclass(frozen=True)
@@ -62,13 +62,21 @@ class Pipeline:
         return self._route(RouteRequest(model, plan.modalities, 0, ""))
 
     async def auto_pool(
-        self, plan: MessagePlan, prompt: RenderedPrompt, probed: list[ProbedMedia]
+        self,
+        plan: MessagePlan,
+        prompt: RenderedPrompt,
+        probed: list[ProbedMedia],
+        *,
+        policy: str = DEFAULT_ROUTING_POLICY,
+        streamed: bool = False,
     ) -> tuple[ModelPool, str]:
-        """`auto`: weigh modalities, size, text and headroom. Media are counted by the first pool that takes them
-        all (pools of different families count a medium differently; routing needs its size, not its exact bill)."""
+        """`auto` under the caller's routing `policy` (serving.routing). Media are counted by the first pool that
+        takes them all (pools of different families count a medium differently; routing needs its size, not its
+        exact bill)."""
         counting = next((p for p in self.pools.pools if plan.modalities <= set(p.modalities)), None)
         estimate = await self.estimate(prompt, probed, counting)
-        return self._route(RouteRequest(AUTO, plan.modalities, estimate, " ".join(plan.user_texts())))
+        text = " ".join(plan.user_texts())
+        return self._route(RouteRequest(AUTO, plan.modalities, estimate, text, policy=policy, streamed=streamed))
 
     def _route(self, request: RouteRequest) -> tuple[ModelPool, str]:
         name, reason = route(request, self._views(), self._routing)

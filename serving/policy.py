@@ -33,6 +33,8 @@ class CallerIdentity:
     grounding_evidence: str = "label_head"  # label_head | judge | both: what checks the claims
     # interactive | batch: the class the request is billed in (a batch line at its model's batch price).
     priority: str = "interactive"
+    # What `model: "auto"` does for this caller (serving.routing.ROUTING_POLICIES).
+    routing_policy: str = "heuristic"
     # The request id the caller fixed in advance (a batch line's, so that a line run again after a gateway died is
     # the same request to metering; a grounding judge's question, named after the answer it checks); None: the
     # lease makes one.

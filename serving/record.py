@@ -89,6 +89,8 @@ class OpenedRequest:
     endpoint: str = "chat"  # chat | embeddings | transcriptions | translations | grounding
     audio_ms: int = 0  # a transcription's audio, billed per second (also if it is cut short)
     trace_id: str | None = None  # the request's trace (serving.tracing), when traces are on
+    route_reason: str | None = None  # why routing chose the pool (serving.routing), for the receipt
+    attempt_of: str | None = None  # a second attempt at an answer: the first attempt's request id
 
 
 class Journal(Protocol):

@@ -1,4 +1,15 @@
-"""Model routing: explicit pool names and aliases, or `auto`, which weighs modality, size, text and headroom."""
+"""Model routing: explicit pool names and aliases, or `auto`, which the caller's routing policy decides.
+
+`auto` under each policy (a tenant's `routing_policy`; docs/routing.md):
+- `heuristic` weighs modality, prompt size, words that ask for reasoning, and headroom: a complex prompt goes to the
+  strongest pool that takes its modalities, a simple one to the weakest, and a pool short of headroom is passed over;
+- `cascade` sends media requests to the weakest able pool first; serving (serving.gate) checks that whole answer's
+  grounding and escalates it to the strongest pool when it is not vouched for. A text-only request has no
+  grounding to check, so the heuristic places it before it is answered, as it does a streamed one;
+- `weakest` and `strongest` always take that end of the able pools (a static split, and the baselines a routing
+  eval compares against).
+Explicit pool names are always honoured, whatever the policy.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +20,9 @@ from dataclasses import dataclass
 from serving.errors import InvalidRequest, NotFound
 
 AUTO = "auto"
+ROUTING_POLICIES = ("heuristic", "cascade", "weakest", "strongest")
+DEFAULT_ROUTING_POLICY = "heuristic"
+CASCADE_FIRST = "cascade: first attempt"  # the route reason of an answer serving checks before it may stand
 _COMPLEX = re.compile(
     r"\b(why|explain|analy[sz]e|compare|reason|prove|derive|step[- ]by[- ]step|code|debug|"
     r"summari[sz]e|plan|evaluate|critique)\b",
@@ -43,6 +57,8 @@ class RouteRequest:
     modalities: set[str]
     fused_tokens: int
     text: str
+    policy: str = DEFAULT_ROUTING_POLICY  # the caller's routing policy (ROUTING_POLICIES)
+    streamed: bool = False  # a stream is never cascaded: its first token cannot wait for a verdict
 
 
 @dataclass(frozen=True)
@@ -75,9 +91,21 @@ def route(req: RouteRequest, pools: Sequence[PoolView], policy: RoutingPolicy | 
     if not able:
         raise ModalityUnsupported(f"no model accepts {', '.join(sorted(req.modalities))} input together")
     able.sort(key=lambda p: p.strength)
+    if req.policy in ("weakest", "strongest"):
+        ranked = able if req.policy == "weakest" else list(reversed(able))
+        return _with_headroom(ranked, f"policy {req.policy}", policy)
+    if req.policy == "cascade" and req.modalities - {"text"} and not req.streamed and len(able) > 1:
+        return _with_headroom(able, CASCADE_FIRST, policy)
     wants_strong = req.fused_tokens >= policy.long_prompt_tokens or text_is_complex(req.text, policy)
     ranked = list(reversed(able)) if wants_strong else able
     reason = "complex" if wants_strong else "simple"
+    if req.policy == "cascade":
+        reason = f"cascade: {reason} {'stream' if req.streamed else 'text'}, placed by the heuristic"
+    return _with_headroom(ranked, reason, policy)
+
+
+def _with_headroom(ranked: Sequence[PoolView], reason: str, policy: RoutingPolicy) -> tuple[str, str]:
+    """The first of `ranked` with headroom, else the first; the reason says when it passed one over."""
     for pool in ranked:
         if pool.headroom() >= policy.min_headroom:
             return pool.name, reason if pool is ranked[0] else f"{reason}, {ranked[0].name} saturated"

@@ -52,6 +52,10 @@ class GenerationRequest:
     # replaced by another, since no byte of the failed attempt ever reached the client.
     buffered: bool = False
     endpoint: str = "chat"  # what usage and receipts name it: chat, or grounding for a judge's question
+    # A second attempt at an answer (a cascade's escalation, a guardrail's regeneration): the first attempt's request
+    # id, and the route reason its receipt gives instead of routing's own.
+    attempt_of: str | None = None
+    route_reason: str | None = None
 
     def rendered_tools(self) -> list[dict[str, Any]] | None:
         return self.tools.rendered_tools() if self.tools else None
@@ -150,7 +154,9 @@ class InferenceService:
         if named is not None:
             pool, reason = named
         else:
-            pool, reason = await pipeline.auto_pool(plan, prompt, probed)
+            pool, reason = await pipeline.auto_pool(
+                plan, prompt, probed, policy=caller.identity.routing_policy, streamed=not request.buffered
+            )
             caller.check_model(pool.name)
             if pool.prompt_format != prompt.prompt_format:
                 prompt = await pipeline.render(pool, plan, tools)
@@ -164,6 +170,7 @@ class InferenceService:
         plan = pipeline.plan(request.messages)
         with step("tessera.route", **{"tessera.model_requested": request.model}) as routed:
             probed, pool, reason, prompt = await self._route(request, caller, plan)
+            reason = request.route_reason or reason
             routed.set_attributes({"tessera.model": pool.name, "tessera.route_reason": reason})
         params = _engine_params(request, pool)
         parts = await pipeline.estimate_parts(prompt, probed, pool)
@@ -228,6 +235,8 @@ class InferenceService:
                     fingerprint=_fingerprint(encoded.plan.last_user_text(), encoded),
                     endpoint=request.endpoint,
                     trace_id=trace_id_of(),
+                    route_reason=reason,
+                    attempt_of=request.attempt_of,
                 )
             )
         # The engine span lasts until the completion ends; a remote replica continues it (`traceparent`).

@@ -24,6 +24,7 @@ from sqlmodel import Session, col, select
 from db.audit import SYSTEM, changed, write_audit
 from db.models import ApiKey, Tenant, TenantQuota
 from serving.errors import Conflict, InvalidRequest, NotFound
+from serving.routing import ROUTING_POLICIES
 
 __all__ = ["ApiKey", "Directory", "IssuedKey", "Principal", "Tenant", "TenantQuota", "key_summary", "tenant_summary"]
 
@@ -184,11 +185,16 @@ class Directory:
             "grounding_evidence",
             "store_responses",
             "response_retention_days",
+            "routing_policy",
         }
         unknown = set(fields) - allowed
         if unknown:
             raise InvalidRequest(f"unknown quota fields {sorted(unknown)}", code="invalid_quota")
-        for name, choices in (("grounding_policy", GROUNDING_POLICIES), ("grounding_evidence", GROUNDING_EVIDENCE)):
+        for name, choices in (
+            ("grounding_policy", GROUNDING_POLICIES),
+            ("grounding_evidence", GROUNDING_EVIDENCE),
+            ("routing_policy", ROUTING_POLICIES),
+        ):
             if name in fields and fields[name] not in choices:
                 raise InvalidRequest(f"{name} must be one of {', '.join(choices)}", code="invalid_quota")
         retention = fields.get("response_retention_days")

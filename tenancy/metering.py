@@ -65,7 +65,18 @@ def receipt(db: Engine, tenant_id: str | None, request_id: str) -> dict[str, Any
         row = s.get(InferenceRequest, request_id)
         if row is None or row.tenant_id != tenant_id:
             return None
-        return _receipt(row)
+        found = _receipt(row)
+        # The attempts that followed this one (a cascade's escalation, a guardrail's regeneration), with their costs.
+        later = s.exec(
+            select(InferenceRequest)
+            .where(InferenceRequest.attempt_of == request_id, InferenceRequest.tenant_id == tenant_id)
+            .order_by(InferenceRequest.created_at)
+        )
+        found["followed_by"] = [
+            {"request_id": r.request_id, "model": r.model_variant, "cost_micros": r.cost_micros, "status": r.status}
+            for r in later
+        ]
+        return found
 
 
 def _receipt(row: InferenceRequest) -> dict[str, Any]:
@@ -100,6 +111,8 @@ def _receipt(row: InferenceRequest) -> dict[str, Any]:
         "grounding_passed": row.grounding_passed,
         "question_kind": row.question_kind,
         "feedback": row.feedback,
+        "route_reason": row.route_reason,  # why routing chose the model (a cascade's escalation says so)
+        "attempt_of": row.attempt_of,  # a second attempt at an answer: the first attempt's request id
     }
 
 

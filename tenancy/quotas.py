@@ -128,6 +128,7 @@ class TenantPolicy:
                 grounding_policy=quota.grounding_policy,
                 grounding_threshold=quota.grounding_threshold,
                 grounding_evidence=quota.grounding_evidence,
+                routing_policy=quota.routing_policy,
             )
         if self.batch_line is not None:
             identity = dataclasses.replace(identity, priority="batch", request_id=self.batch_line)

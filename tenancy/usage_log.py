@@ -181,6 +181,8 @@ class UsageJournal:
             endpoint=opened.endpoint,
             audio_ms=opened.audio_ms,
             trace_id=opened.trace_id,
+            route_reason=None if opened.route_reason is None else opened.route_reason[:96],
+            attempt_of=opened.attempt_of,
         )
         with Session(self._db) as s:
             if opened.caller.batch_line:  # a batch line run again: its earlier run's row is taken over

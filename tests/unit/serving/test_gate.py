@@ -14,25 +14,36 @@ from grounding.guardrail import Verdict, decide, waits_for_verdict
 from serving.engines.base import GenerationParams
 from serving.gate import gated_answer, stream_verdict
 from serving.policy import CallerIdentity
+from serving.routing import CASCADE_FIRST
 from serving.service import GenerationRequest
 
 IMAGE = frozenset({"text", "image"})
 
 
-def _completion(n: int, model: str, modalities: frozenset[str] = IMAGE) -> Any:
-    return SimpleNamespace(request_id=f"req-{n}", model=model, submission=SimpleNamespace(modalities=modalities))
+def _completion(n: int, model: str, modalities: frozenset[str] = IMAGE, reason: str = "explicit") -> Any:
+    submission = SimpleNamespace(modalities=modalities, route_reason=reason)
+    return SimpleNamespace(request_id=f"req-{n}", model=model, submission=submission)
 
 
 @dataclass
 class StubService:
-    """Starts completions on the model asked for; the strongest pool is `large`."""
+    """Starts completions on the model asked for (`auto` under `cascade`: on `small`, as routing would); the
+    strongest pool is `large`. Keeps each request and the caller's identity it was started with."""
 
     started: list[Any] = field(default_factory=list)
     modalities: frozenset[str] = IMAGE
+    requests: list[GenerationRequest] = field(default_factory=list)
+    identities: list[CallerIdentity] = field(default_factory=list)
 
     async def start(self, request: GenerationRequest, caller: Any) -> Any:
-        completion = _completion(len(self.started), request.model, self.modalities)
+        model, reason = request.model, request.route_reason or "explicit"
+        if model == "auto":
+            cascading = caller.identity.routing_policy == "cascade" and self.modalities - {"text"}
+            model, reason = "small", CASCADE_FIRST if cascading else "simple"
+        completion = _completion(len(self.started), model, self.modalities, reason)
         self.started.append(completion)
+        self.requests.append(request)
+        self.identities.append(caller.identity)
         return completion
 
     def strongest_model(self, modalities: frozenset[str]) -> str:
@@ -60,8 +71,8 @@ class StubGate:
         return decide(caller.grounding_policy, verdict, streamed=streamed, attempt=attempt)
 
 
-def _caller(policy: str) -> Any:
-    return SimpleNamespace(identity=CallerIdentity(tenant_id="t", grounding_policy=policy))
+def _caller(policy: str, routing: str = "heuristic") -> Any:
+    return SimpleNamespace(identity=CallerIdentity(tenant_id="t", grounding_policy=policy, routing_policy=routing))
 
 
 def _request(model: str = "small", temperature: float = 0.7) -> GenerationRequest:
@@ -157,3 +168,56 @@ def test_a_stream_under_block_is_flagged_not_taken_back():
     assert asyncio.run(source())["flagged"] is True
     assert stream_verdict(gate, _caller("score"), _completion(0, "small")) is None  # type: ignore[arg-type]
     assert stream_verdict(None, _caller("flag"), _completion(0, "small")) is None
+
+
+def _cascade(policy: str, scores: list[float | None], modalities: frozenset[str] = IMAGE) -> tuple[Any, StubService]:
+    service, gate = StubService(modalities=modalities), StubGate(scores)
+    caller = _caller(policy, routing="cascade")
+    answer = asyncio.run(gated_answer(service, gate, _request("auto"), caller, _render))  # type: ignore[arg-type]
+    return answer, service
+
+
+@pytest.mark.parametrize("policy", ["off", "score", "flag"])
+def test_a_cascade_keeps_the_weak_answer_that_passes(policy):
+    answer, service = _cascade(policy, [0.95])
+    assert [c.model for c in service.started] == ["small"]
+    assert answer.body == {"answered_by": "req-0"}
+    assert not answer.refused
+    # The first attempt is scored and waited for whatever the guardrail; the verdict rides on the answer only where
+    # the caller's own guardrail shows verdicts.
+    assert service.identities[0].grounding_policy == "flag"
+    assert (answer.grounding() is not None) == (policy == "flag")
+
+
+@pytest.mark.parametrize("score", [0.5, None], ids=["failed", "no verdict"])
+def test_a_cascade_escalates_an_answer_it_cannot_vouch_for_and_links_the_attempts(score):
+    answer, service = _cascade("score", [score, 0.2])
+    assert [c.model for c in service.started] == ["small", "large"]
+    assert answer.body == {"answered_by": "req-1"}
+    assert answer.completion is service.started[1]
+    escalation = service.requests[1]
+    assert escalation.attempt_of == "req-0"
+    assert (
+        escalation.route_reason
+        == f"cascade: escalated from small ({'no verdict' if score is None else 'grounding failed'})"
+    )
+    assert service.identities[1].grounding_policy == "score"  # the caller's own guardrail on the answer it gets
+    assert (answer.refused, answer.grounding()) == (False, None)
+
+
+def test_under_block_a_cascade_refuses_a_failing_escalated_answer_rather_than_try_a_third_time():
+    answer, service = _cascade("block", [0.5, 0.4])
+    assert [c.model for c in service.started] == ["small", "large"]
+    assert answer.refused
+
+
+def test_a_cascade_does_not_check_text_it_has_no_evidence_for():
+    answer, service = _cascade("score", [0.1], modalities=frozenset({"text"}))
+    assert [c.model for c in service.started] == ["small"]
+    assert answer.body == {"answered_by": "req-0"}
+
+
+def test_a_regenerated_answer_names_the_first_attempt():
+    _, service, _ = _answer("block", [0.5, 0.95])
+    assert service.requests[1].attempt_of == "req-0"
+    assert service.requests[1].route_reason == "regenerated: grounding failed on small"

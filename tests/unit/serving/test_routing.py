@@ -5,14 +5,14 @@ import random
 
 import pytest
 
-from serving.routing import ModalityUnsupported, PoolView, RouteRequest, UnknownModel, route
+from serving.routing import CASCADE_FIRST, ModalityUnsupported, PoolView, RouteRequest, UnknownModel, route
 
 SMALL = PoolView("small", ["8b"], ["text", "image", "audio"], 0, lambda: 1.0)
 LARGE = PoolView("large", ["70b"], ["text", "image"], 1, lambda: 1.0)
 
 
-def _req(model="auto", modalities=("text",), tokens=50, text="hi"):
-    return RouteRequest(model, set(modalities), tokens, text)
+def _req(model="auto", modalities=("text",), tokens=50, text="hi", **policy):
+    return RouteRequest(model, set(modalities), tokens, text, **policy)
 
 
 def test_explicit_names_and_aliases():
@@ -44,6 +44,43 @@ def test_auto_moves_away_from_a_saturated_pool():
     name, reason = route(_req(text="explain this"), [SMALL, busy_large])
     assert name == "small"
     assert "saturated" in reason
+
+
+@pytest.mark.parametrize(("policy", "pool"), [("weakest", "small"), ("strongest", "large")])
+def test_static_policies_take_their_end_of_the_able_pools(policy, pool):
+    for text in ("hello", "Explain step by step why"):
+        assert route(_req(text=text, policy=policy), [SMALL, LARGE]) == (pool, f"policy {policy}")
+    # a pool that cannot take the request's media is never chosen
+    assert route(_req(modalities=("text", "audio"), policy="strongest"), [SMALL, LARGE])[0] == "small"
+
+
+def test_a_cascade_sends_media_to_the_weakest_pool_first_whatever_the_text():
+    for text in ("hello", "Explain step by step why"):
+        assert route(_req(modalities=("text", "image"), text=text, policy="cascade"), [SMALL, LARGE]) == (
+            "small",
+            CASCADE_FIRST,
+        )
+
+
+def test_a_cascade_places_text_and_streams_by_the_heuristic_and_honours_names():
+    hard = "Explain step by step why the sky is blue"
+    assert route(_req(text=hard, policy="cascade"), [SMALL, LARGE]) == (
+        "large",
+        "cascade: complex text, placed by the heuristic",
+    )
+    assert route(_req(text="hi", policy="cascade"), [SMALL, LARGE]) == (
+        "small",
+        "cascade: simple text, placed by the heuristic",
+    )
+    streamed = _req(modalities=("text", "image"), text=hard, policy="cascade", streamed=True)
+    assert route(streamed, [SMALL, LARGE]) == ("large", "cascade: complex stream, placed by the heuristic")
+    assert route(_req("large", modalities=("text", "image"), policy="cascade"), [SMALL, LARGE]) == ("large", "explicit")
+
+
+def test_a_cascade_with_one_able_pool_answers_there_unchecked():
+    name, reason = route(_req(modalities=("text", "audio"), policy="cascade"), [SMALL, LARGE])
+    assert name == "small"
+    assert not reason.startswith(CASCADE_FIRST)
 
 
 def test_images_return_in_client_order_whatever_finishes_first():
