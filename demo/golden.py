@@ -13,7 +13,8 @@ regenerated from the set seed alone. The committed sets use seeds that training 
   anywhere, of any size up to three times the world's large; demo.world `sample_free_scene`), fixed before any
   training saw a free layout;
 - `CALIBRATION_SEED` (20261214): demo/golden/calibration.jsonl, 60 items per mix, half of the images free
-  layouts: the split thresholds are chosen on, never a held-out set.
+  layouts: the split thresholds are chosen on, never a held-out set;
+- `ROUTING_SEEDS` (20261221-20261223): the routing eval's train, dev and test splits (demo.routing_set).
 `training_items(seed)` refuses them all. `tessera eval golden` rewrites the files, `--check` compares them.
 Question kinds are cycled (item `i` asks kind `i mod 6`) and yes/no answers alternate, so every slice is balanced.
 """
@@ -37,7 +38,9 @@ HELDOUT_SEED = 20261211
 SMOKE_SEED = 20261212
 FREE_SEED = 20261213
 CALIBRATION_SEED = 20261214
-RESERVED_SEEDS = frozenset({HELDOUT_SEED, SMOKE_SEED, FREE_SEED, CALIBRATION_SEED})
+# The routing eval's train, dev and test splits (demo.routing_set).
+ROUTING_SEEDS = {"train": 20261221, "dev": 20261222, "test": 20261223}
+RESERVED_SEEDS = frozenset({HELDOUT_SEED, SMOKE_SEED, FREE_SEED, CALIBRATION_SEED, *ROUTING_SEEDS.values()})
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
 MIXES = ("image", "audio", "image+audio")
 LAYOUTS = ("world", "free", "mixed")  # the world's anchored layouts, free layouts, or each item either at random

@@ -1,4 +1,5 @@
-"""The demo's golden sets as the grounding eval's suite: the items, their media drawn by the world, the judge."""
+"""The demo's golden sets as the grounding eval's suite (the items, their media drawn by the world, the judge), and
+the routing splits as the routing eval's."""
 
 from __future__ import annotations
 
@@ -6,10 +7,12 @@ import numpy as np
 
 from demo.answers import check_answer
 from demo.golden import GOLDEN_DIR, HELDOUT_SETS, GoldenItem, read_items
+from demo.routing_set import check_routing_answer, split_items
 from demo.speech import wav_bytes
 from demo.world import png_bytes
 from demo.wrong_answers import one_fact_changed
 from grounding.eval import EvalSuite
+from grounding.eval.routing import RoutingSuite
 
 
 def golden_suite() -> EvalSuite[GoldenItem]:
@@ -32,3 +35,18 @@ def golden_suite() -> EvalSuite[GoldenItem]:
         wrong_answer=wrong_answer,
         heldout=frozenset(HELDOUT_SETS),
     )
+
+
+def routing_suite() -> RoutingSuite[GoldenItem]:
+    """The routing eval's splits (demo.routing_set): media drawn as the golden sets' are, text items judged by
+    their accepted words."""
+    media = golden_suite()
+    judged = EvalSuite(
+        sets=media.sets,
+        read=media.read,
+        image_png=media.image_png,
+        audio_wav=media.audio_wav,
+        judge=check_routing_answer,
+        heldout=media.heldout,
+    )
+    return RoutingSuite(items=split_items, media=judged)

@@ -70,7 +70,7 @@ def receipt(db: Engine, tenant_id: str | None, request_id: str) -> dict[str, Any
         later = s.exec(
             select(InferenceRequest)
             .where(InferenceRequest.attempt_of == request_id, InferenceRequest.tenant_id == tenant_id)
-            .order_by(InferenceRequest.created_at)
+            .order_by(col(InferenceRequest.created_at))
         )
         found["followed_by"] = [
             {"request_id": r.request_id, "model": r.model_variant, "cost_micros": r.cost_micros, "status": r.status}

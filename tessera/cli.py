@@ -176,6 +176,23 @@ def _eval_server(
     return live_server(demo_dir, [{"name": m} for m in models], progress, env=env, quota=quota)
 
 
+def _run_eval(args: argparse.Namespace) -> None:
+    """`tessera eval golden | grounding | routing`."""
+    _configure_logging("WARNING")
+    if args.eval_command == "golden":
+        run_golden(args)
+    elif args.eval_command == "routing":
+        from demo.suite import routing_suite
+        from grounding.eval.routing_cli import run_routing
+
+        run_routing(args, launch=_eval_server, suite=routing_suite())
+    else:
+        from demo.suite import golden_suite
+        from grounding.eval.cli import run_eval
+
+        run_eval(args, launch=_eval_server, suite=golden_suite())
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="tessera", description="Tessera: OpenAI-compatible multimodal server.")
     sub = parser.add_subparsers(dest="command")
@@ -217,12 +234,5 @@ def main(argv: list[str] | None = None) -> None:
 
         _configure_logging("WARNING")
         run_bench(args)
-    elif command == "eval" and args.eval_command == "golden":
-        _configure_logging("WARNING")
-        run_golden(args)
     elif command == "eval":
-        from demo.suite import golden_suite
-        from grounding.eval.cli import run_eval
-
-        _configure_logging("WARNING")
-        run_eval(args, launch=_eval_server, suite=golden_suite())
+        _run_eval(args)

@@ -26,6 +26,7 @@ from grounding.eval.harness import (
 )
 from grounding.eval.metrics import EvalFailure, check_well_formed
 from grounding.eval.report import cell
+from grounding.eval.routing_cli import add_routing_parser
 
 
 def add_eval_parser(subparsers: Any) -> Any:
@@ -104,6 +105,7 @@ def add_eval_parser(subparsers: Any) -> Any:
         action="store_true",
         help="The small set on the small model: checks every step runs and the metrics are well-formed, not the gate.",
     )
+    add_routing_parser(kinds)
     return kinds
 
 

@@ -149,6 +149,7 @@ def _result(
         threshold=threshold,
         checked=checked,
         forced=forced,
+        prompt_tokens=(data.get("usage") or {}).get("prompt_tokens"),
     )
 
 

@@ -53,6 +53,7 @@ class ItemResult:
     threshold: float | None = None  # the tenant's threshold the verdict applied
     checked: list[dict[str, Any]] | None = None  # each checked claim, its evidence, verdict and P(yes)
     forced: str | None = None  # "right" or "wrong": an answer the eval made the model give (grounding.eval.forced)
+    prompt_tokens: int | None = None  # the request's prompt tokens as the server counted them (usage)
 
 
 def _ratio(numerator: int, denominator: int) -> float | None:

@@ -1,0 +1,476 @@
+"""`tessera eval routing`'s offline half: every policy scored on the same cached answers of both pools.
+
+Each item of a split was answered once by the weak pool and once by the strong one (grounding.eval.routing); a
+`Pair` holds both outcomes and the weak answer's grounding scores. A policy decides per item, from what it may
+know, whether the weak answer stands, the strong pool answers instead of it, or (a cascade) the weak pool answers,
+its grounding is checked, and the strong pool answers only if the check fails. Nothing is asked of a model here.
+
+Cost model: a request to the weak pool costs `c_weak`, to the strong one 1.0 (engine seconds per request, as
+`tessera bench cost` measures them, divided by the strong pool's), so always-strong costs 1.0 and always-weak r.
+An escalated cascade item costs both, plus its gate: the label head rides on the encoder's own embeddings (no
+engine call), the judge asks the strong pool one short question per claim (`judge_call` each).
+
+Fitting: thresholds are fitted on train, chosen on dev, and only then applied to test; nothing is fitted on test.
+The figures follow RouteLLM: PGR (the share of the weak-to-strong accuracy gap a policy recovers), APGR (PGR
+averaged over the share of strong calls, 0 to 100%), CPT(x) (the least share of strong calls that recovers x of
+the gap).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from grounding.eval.metrics import auroc
+from serving.routing import AUTO, PoolView, RouteRequest, route
+
+EVIDENCES = ("label_head", "judge", "both")
+WEAK, STRONG = "weak", "strong"
+QUALITY_SLACK = 0.01  # a policy meets the quality target within 1 point of always-strong
+COST_TARGET = 0.6  # ... at no more than 60% of its cost
+BOOTSTRAP = 1000
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One item answered by both pools: what a policy may read before answering (slice, kind, question, prompt
+    size), and after the weak answer (its grounding score per evidence, the judge calls it took)."""
+
+    id: str
+    slice: str
+    kind: str
+    question: str
+    prompt_tokens: int
+    weak_correct: bool
+    strong_correct: bool
+    weak_latency_s: float
+    strong_latency_s: float
+    weak_scores: dict[str, float | None] = field(default_factory=dict)  # label_head, judge, both
+    judge_calls: int = 0  # the judge's questions about the weak answer
+
+
+@dataclass(frozen=True)
+class Costs:
+    weak: float  # r: a weak request's cost, the strong one's being 1.0
+    judge_call: float = 0.0  # one judge question on the strong pool
+
+
+# -- a decision per item ---------------------------------------------------------------------------------------
+
+# "weak", "strong", or a cascade's "kept" (weak answered, checked, stood) / "escalated" (weak, checked, strong).
+Decision = str
+
+
+def outcome(pair: Pair, decision: Decision, costs: Costs, evidence: str | None = None) -> tuple[bool, float, float]:
+    """(correct, cost, latency) of `pair` under `decision`; a cascade's gate is costed by `evidence`."""
+    gate = costs.judge_call * pair.judge_calls if evidence in ("judge", "both") else 0.0
+    if decision == WEAK:
+        return pair.weak_correct, costs.weak, pair.weak_latency_s
+    if decision == STRONG:
+        return pair.strong_correct, 1.0, pair.strong_latency_s
+    if decision == "kept":
+        return pair.weak_correct, costs.weak + gate, pair.weak_latency_s
+    return pair.strong_correct, costs.weak + gate + 1.0, pair.weak_latency_s + pair.strong_latency_s
+
+
+# -- policies ----------------------------------------------------------------------------------------------------
+
+POOLS = (
+    PoolView("weak", (), ("text", "image", "audio"), 0, lambda: 1.0),
+    PoolView("strong", (), ("text", "image", "audio"), 1, lambda: 1.0),
+)
+
+
+def heuristic(pair: Pair) -> Decision:
+    """What the served `heuristic` policy would do (serving.routing.route, both pools idle)."""
+    modalities = (
+        {"text"} | ({"image"} if "image" in pair.slice else set()) | ({"audio"} if "audio" in pair.slice else set())
+    )
+    name, _ = route(RouteRequest(AUTO, modalities, pair.prompt_tokens, pair.question), POOLS)
+    return WEAK if name == "weak" else STRONG
+
+
+def cascade(
+    evidence: str, threshold: float, text: Callable[[Pair], Decision] = heuristic
+) -> Callable[[Pair], Decision]:
+    """Media: the weak answer stands when its `evidence` score reaches `threshold` (no score: escalated, as served);
+    text, which has no grounding, is placed by `text` before it is answered."""
+
+    def decide(pair: Pair) -> Decision:
+        if pair.slice == "text":
+            return text(pair)
+        score = pair.weak_scores.get(evidence)
+        return "kept" if score is not None and score >= threshold else "escalated"
+
+    return decide
+
+
+@dataclass(frozen=True)
+class Router:
+    """A logistic model of P(the weak answer is right) from what is known before answering: the slice, the question
+    kind, the prompt's size (log tokens) and the heuristic's word. Fitted on train."""
+
+    slices: tuple[str, ...]
+    kinds: tuple[str, ...]
+    weights: tuple[float, ...]
+
+    def features(self, pair: Pair) -> np.ndarray:
+        one_hot = [float(pair.slice == s) for s in self.slices] + [float(pair.kind == k) for k in self.kinds]
+        extra = [math.log1p(pair.prompt_tokens) / 10, float(heuristic(pair) == STRONG), 1.0]
+        return np.array(one_hot + extra)
+
+    def p_weak_right(self, pair: Pair) -> float:
+        z = float(self.features(pair) @ np.array(self.weights))
+        return 1.0 / (1.0 + math.exp(-max(-30.0, min(30.0, z))))
+
+    def policy(self, threshold: float) -> Callable[[Pair], Decision]:
+        return lambda pair: WEAK if self.p_weak_right(pair) >= threshold else STRONG
+
+
+def fit_router(train: Sequence[Pair], steps: int = 2000, lr: float = 0.5, l2: float = 1e-3) -> Router:
+    """Logistic regression by gradient descent (a few dozen features, a few hundred items)."""
+    slices = tuple(sorted({p.slice for p in train}))
+    kinds = tuple(sorted({p.kind for p in train}))
+    router = Router(slices, kinds, ())
+    x = np.stack([router.features(p) for p in train])
+    y = np.array([float(p.weak_correct) for p in train])
+    w = np.zeros(x.shape[1])
+    for _ in range(steps):
+        p = 1.0 / (1.0 + np.exp(-np.clip(x @ w, -30, 30)))
+        w -= lr * (x.T @ (p - y) / len(y) + l2 * w)
+    return Router(slices, kinds, tuple(float(v) for v in w))
+
+
+# -- scoring -----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A policy's figures on a set of pairs."""
+
+    items: int
+    accuracy: float
+    cost: float  # mean per request, always-strong = 1.0
+    strong_share: float  # requests that called the strong pool (escalations included)
+    escalation_rate: float  # of the media items a cascade checked, the share it escalated
+    p50_latency_s: float
+    p95_latency_s: float
+    strong_only_lost: float  # items only the strong pool got right, answered wrong
+
+
+def score(
+    pairs: Sequence[Pair], policy: Callable[[Pair], Decision], costs: Costs, evidence: str | None = None
+) -> Scored:
+    decisions = [policy(p) for p in pairs]
+    outcomes = [outcome(p, d, costs, evidence) for p, d in zip(pairs, decisions, strict=True)]
+    checked = [d for d in decisions if d in ("kept", "escalated")]
+    latencies = sorted(o[2] for o in outcomes)
+    lost = sum(1 for p, o in zip(pairs, outcomes, strict=True) if p.strong_correct and not p.weak_correct and not o[0])
+    n = max(1, len(pairs))
+    return Scored(
+        items=len(pairs),
+        accuracy=sum(o[0] for o in outcomes) / n,
+        cost=sum(o[1] for o in outcomes) / n,
+        strong_share=sum(d in (STRONG, "escalated") for d in decisions) / n,
+        escalation_rate=(sum(d == "escalated" for d in checked) / len(checked)) if checked else 0.0,
+        p50_latency_s=_quantile(latencies, 0.5),
+        p95_latency_s=_quantile(latencies, 0.95),
+        strong_only_lost=lost / n,
+    )
+
+
+def _quantile(ordered: list[float], q: float) -> float:
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else 0.0
+
+
+def pgr(accuracy: float, weak: float, strong: float) -> float | None:
+    """The share of the weak-to-strong gap recovered; None when the strong pool is no better."""
+    return (accuracy - weak) / (strong - weak) if strong > weak else None
+
+
+def curve_figures(points: Sequence[tuple[float, float]], weak: float, strong: float) -> dict[str, float | None]:
+    """APGR and CPT(50%), CPT(80%) from (strong-call share, accuracy) points. The best accuracy reached with at
+    most each share of strong calls is interpolated linearly between the points (two thresholds mixed at random
+    reach any point between them), and PGR is averaged over shares 0, 0.01, ... 1."""
+    if strong <= weak or not points:
+        return {"apgr": None, "cpt50": None, "cpt80": None}
+    ordered = sorted(points)
+    shares, best, reached = [0.0], [weak], weak
+    for share, accuracy in ordered:
+        reached = max(reached, accuracy)
+        shares.append(share)
+        best.append(reached)
+    grid = np.linspace(0.0, 1.0, 101)
+    curve = np.clip((np.interp(grid, shares, best) - weak) / (strong - weak), 0.0, 1.0)
+
+    def cpt(x: float) -> float | None:
+        return next((round(float(s), 2) for s, value in zip(grid, curve, strict=True) if value >= x - 1e-9), None)
+
+    return {"apgr": round(float(curve.mean()), 4), "cpt50": cpt(0.5), "cpt80": cpt(0.8)}
+
+
+def sweep(
+    pairs: Sequence[Pair],
+    make: Callable[[float], Callable[[Pair], Decision]],
+    thresholds: Sequence[float],
+    costs: Costs,
+    evidence: str | None = None,
+) -> list[tuple[float, Scored]]:
+    return [(t, score(pairs, make(t), costs, evidence)) for t in thresholds]
+
+
+def choose(
+    train: Sequence[Pair],
+    dev: Sequence[Pair],
+    make: Callable[[float], Callable[[Pair], Decision]],
+    costs: Costs,
+    candidates: Sequence[float],
+    evidence: str | None = None,
+) -> float:
+    """A threshold: the candidates come from train, the choice is made on dev: the cheapest that comes within
+    `QUALITY_SLACK` of always-strong on dev, else the most accurate (ties to the cheaper)."""
+    del train  # the candidates were drawn from it; kept in the signature so that the call says where each comes from
+    strong = score(dev, lambda _: STRONG, costs).accuracy
+    scored = sweep(dev, make, candidates, costs, evidence)
+    good = [(s.cost, t) for t, s in scored if s.accuracy >= strong - QUALITY_SLACK]
+    if good:
+        return min(good)[1]
+    return max(scored, key=lambda ts: (ts[1].accuracy, -ts[1].cost))[0]
+
+
+def candidates_from(values: Sequence[float | None], extra: Sequence[float] = ()) -> list[float]:
+    """Thresholds between the train values seen (each value itself, and just above the largest)."""
+    seen = sorted({round(float(v), 4) for v in values if v is not None} | set(extra))
+    return [*seen, (seen[-1] + 1e-3) if seen else 1.0]
+
+
+def bootstrap_gap(
+    pairs: Sequence[Pair], policy: Callable[[Pair], Decision], costs: Costs, evidence: str | None, seed: int
+) -> tuple[float, float, float]:
+    """The accuracy gap to always-strong (strong minus policy) and its 95% bootstrap interval, items resampled."""
+    mine = np.array([outcome(p, policy(p), costs, evidence)[0] for p in pairs], dtype=float)
+    strong = np.array([p.strong_correct for p in pairs], dtype=float)
+    diff = strong - mine
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, len(diff), size=(BOOTSTRAP, len(diff)))
+    means = diff[draws].mean(axis=1)
+    return float(diff.mean()), float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
+
+
+def paired_gain(
+    pairs: Sequence[Pair],
+    a: Callable[[Pair], Decision],
+    b: Callable[[Pair], Decision],
+    costs: Costs,
+    evidence_a: str | None,
+    seed: int,
+) -> tuple[float, float, float]:
+    """Accuracy of `a` minus that of `b` on the same items, with its 95% bootstrap interval."""
+    first = np.array([outcome(p, a(p), costs, evidence_a)[0] for p in pairs], dtype=float)
+    second = np.array([outcome(p, b(p), costs)[0] for p in pairs], dtype=float)
+    diff = first - second
+    rng = np.random.default_rng(seed)
+    means = diff[rng.integers(0, len(diff), size=(BOOTSTRAP, len(diff)))].mean(axis=1)
+    return float(diff.mean()), float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
+
+
+def evidence_auroc(pairs: Sequence[Pair]) -> dict[str, dict[str, float | None]]:
+    """Per slice and overall: how well each evidence's score of the weak answer tells its errors from its right
+    answers (grounding.eval.metrics.auroc)."""
+    slices = sorted({p.slice for p in pairs})
+    table: dict[str, dict[str, float | None]] = {}
+    for name in [*slices, "overall"]:
+        chosen = [p for p in pairs if name in ("overall", p.slice)]
+        table[name] = {e: auroc([(p.weak_scores.get(e), p.weak_correct) for p in chosen]) for e in EVIDENCES}
+    return table
+
+
+def figures(s: Scored) -> dict[str, Any]:
+    return {
+        "items": s.items,
+        "accuracy": round(s.accuracy, 4),
+        "cost": round(s.cost, 4),
+        "strong_share": round(s.strong_share, 4),
+        "escalation_rate": round(s.escalation_rate, 4),
+        "p50_latency_s": round(s.p50_latency_s, 3),
+        "p95_latency_s": round(s.p95_latency_s, 3),
+        "strong_only_lost": round(s.strong_only_lost, 4),
+    }
+
+
+# -- every policy, on one set of answers --------------------------------------------------------------------------
+
+Policy = tuple[Callable[[Pair], Decision], str | None]  # the decision, and the evidence its gate is costed by
+
+
+def static_splits(slices: Sequence[str]) -> list[dict[str, Decision]]:
+    """Every assignment of a pool to each slice."""
+    splits: list[dict[str, Decision]] = [{}]
+    for name in slices:
+        splits = [{**s, name: d} for s in splits for d in (WEAK, STRONG)]
+    return splits
+
+
+def _split_policy(split: dict[str, Decision]) -> Callable[[Pair], Decision]:
+    return lambda pair: split.get(pair.slice, STRONG)
+
+
+def best_static(dev: Sequence[Pair], costs: Costs, max_cost: float) -> dict[str, Decision]:
+    """The per-slice split most accurate on dev at no more than `max_cost` (ties to the cheaper)."""
+    slices = sorted({p.slice for p in dev})
+    scored = [(score(dev, _split_policy(s), costs), s) for s in static_splits(slices)]
+    within = [(sc, s) for sc, s in scored if sc.cost <= max_cost + 1e-9] or [min(scored, key=lambda x: x[0].cost)]
+    return max(within, key=lambda x: (x[0].accuracy, -x[0].cost))[1]
+
+
+def fitted_policies(
+    train: Sequence[Pair], dev: Sequence[Pair], costs: Costs
+) -> dict[str, tuple[Policy, dict[str, Any]]]:
+    """Every policy with its thresholds fitted on train and chosen on dev: name -> ((decision, evidence), settings)."""
+    found: dict[str, tuple[Policy, dict[str, Any]]] = {
+        "always-weak": ((lambda _: WEAK, None), {}),
+        "always-strong": ((lambda _: STRONG, None), {}),
+        "heuristic": ((heuristic, None), {}),
+        "oracle": ((lambda p: WEAK if p.weak_correct or not p.strong_correct else STRONG, None), {}),
+    }
+    router = fit_router(train)
+    candidates = candidates_from([router.p_weak_right(p) for p in train])
+    chosen = choose(train, dev, router.policy, costs, candidates)
+    found["router"] = ((router.policy(chosen), None), {"threshold": chosen, "weights": list(router.weights)})
+    for evidence in EVIDENCES:
+        scores = [p.weak_scores.get(evidence) for p in train if p.slice != "text"]
+        for text_name, text in (("heuristic", heuristic), ("router", router.policy(chosen))):
+
+            def make(
+                t: float, e: str = evidence, place: Callable[[Pair], Decision] = text
+            ) -> Callable[[Pair], Decision]:
+                return cascade(e, t, place)
+
+            threshold = choose(train, dev, make, costs, candidates_from(scores), evidence)
+            name = f"cascade ({evidence}; text by {text_name})"
+            found[name] = ((make(threshold), evidence), {"threshold": threshold})
+    return found
+
+
+def recommend(dev: Sequence[Pair], policies: dict[str, tuple[Policy, dict[str, Any]]], costs: Costs) -> str:
+    """The policy to serve, chosen on dev: the cheapest within `QUALITY_SLACK` of always-strong at no more than
+    `COST_TARGET`; else the most accurate at no more than `COST_TARGET`; else the most accurate. Never the oracle."""
+    strong = score(dev, lambda _: STRONG, costs).accuracy
+    scored = {
+        name: score(dev, decide, costs, evidence)
+        for name, ((decide, evidence), _) in policies.items()
+        if name != "oracle"
+    }
+    meets = [(s.cost, n) for n, s in scored.items() if s.accuracy >= strong - QUALITY_SLACK and s.cost <= COST_TARGET]
+    if meets:
+        return min(meets)[1]
+    affordable = [(s.accuracy, -s.cost, n) for n, s in scored.items() if s.cost <= COST_TARGET]
+    return max(affordable or [(s.accuracy, -s.cost, n) for n, s in scored.items()])[2]
+
+
+def report(
+    train: Sequence[Pair], dev: Sequence[Pair], test: Sequence[Pair], costs: Costs, seed: int = 0
+) -> dict[str, Any]:
+    """Every policy on test, per slice and overall, with the curve figures, the intervals and the targets."""
+    policies = fitted_policies(train, dev, costs)
+    chosen = recommend(dev, policies, costs)
+    (decide, evidence), _ = policies[chosen]
+    slices = sorted({p.slice for p in test})
+    weak = score(test, lambda _: WEAK, costs)
+    strong = score(test, lambda _: STRONG, costs)
+    table: dict[str, Any] = {}
+    for name, ((policy, gate), settings) in policies.items():
+        overall = score(test, policy, costs, gate)
+        table[name] = {
+            "settings": settings,
+            "overall": {**figures(overall), "pgr": _round(pgr(overall.accuracy, weak.accuracy, strong.accuracy))},
+            "by_slice": {s: figures(score([p for p in test if p.slice == s], policy, costs, gate)) for s in slices},
+        }
+    mine = score(test, decide, costs, evidence)
+    share = mine.strong_share
+    table["random (same strong share)"] = {
+        "settings": {"strong_share": round(share, 4)},
+        "overall": {
+            "items": len(test),
+            "accuracy": round((1 - share) * weak.accuracy + share * strong.accuracy, 4),
+            "cost": round((1 - share) * costs.weak + share, 4),
+            "strong_share": round(share, 4),
+        },
+    }
+    dev_cost = score(dev, decide, costs, evidence).cost
+    static = best_static(dev, costs, dev_cost)
+    table["best static split"] = {
+        "settings": {"split": static, "chosen_on": "dev, at no more than the chosen policy's dev cost"},
+        "overall": figures(score(test, _split_policy(static), costs)),
+    }
+    curves = _curves(train, test, policies, costs)
+    gap = bootstrap_gap(test, decide, costs, evidence, seed)
+    versus = {
+        "heuristic": paired_gain(test, decide, heuristic, costs, evidence, seed),
+        "best static split": paired_gain(test, decide, _split_policy(static), costs, evidence, seed),
+    }
+    by_slice_gap = {
+        s: round(
+            score([p for p in test if p.slice == s], lambda _: STRONG, costs).accuracy
+            - score([p for p in test if p.slice == s], decide, costs, evidence).accuracy,
+            4,
+        )
+        for s in slices
+    }
+    curve = curves.get(chosen) or curves.get("router") or {}
+    targets = {
+        "accuracy_within_1pt_at_60pct_cost": gap[0] <= QUALITY_SLACK and mine.cost <= COST_TARGET,
+        "gap_upper_bound_at_most_2pt": gap[2] <= 0.02,
+        "apgr_at_least_0.65": (curve.get("apgr") or 0.0) >= 0.65,
+        "beats_heuristic_and_static_by_2pt": all(v[0] >= 0.02 and v[1] > 0 for v in versus.values()),
+        "no_slice_3pt_below_strong": all(g <= 0.03 for g in by_slice_gap.values()),
+        "strong_only_lost_at_most_3pct": mine.strong_only_lost <= 0.03,
+    }
+    return {
+        "costs": {"weak": costs.weak, "strong": 1.0, "judge_call": costs.judge_call},
+        "items": {"train": len(train), "dev": len(dev), "test": len(test)},
+        "chosen": chosen,
+        "policies": table,
+        "curves": curves,
+        "gap_to_strong": {"mean": round(gap[0], 4), "ci95": [round(gap[1], 4), round(gap[2], 4)]},
+        "gain_over": {k: {"mean": round(v[0], 4), "ci95": [round(v[1], 4), round(v[2], 4)]} for k, v in versus.items()},
+        "gap_by_slice": by_slice_gap,
+        "auroc_weak_errors": evidence_auroc(test),
+        "targets": {**targets, "met": all(targets.values())},
+    }
+
+
+def _curves(
+    train: Sequence[Pair], test: Sequence[Pair], policies: dict[str, tuple[Policy, dict[str, Any]]], costs: Costs
+) -> dict[str, dict[str, Any]]:
+    """Each thresholded policy swept over its train candidates on test (for the curve only; the served threshold
+    was chosen on dev): its (strong share, cost, accuracy) points, APGR and CPT."""
+    weak = score(test, lambda _: WEAK, costs).accuracy
+    strong = score(test, lambda _: STRONG, costs).accuracy
+    router = fit_router(train)
+    makers: dict[str, tuple[Callable[[float], Callable[[Pair], Decision]], list[float], str | None]] = {
+        "router": (router.policy, candidates_from([router.p_weak_right(p) for p in train], (0.0, 1.01)), None)
+    }
+    for evidence in EVIDENCES:
+        scores = [p.weak_scores.get(evidence) for p in train if p.slice != "text"]
+
+        def make(t: float, e: str = evidence) -> Callable[[Pair], Decision]:
+            return cascade(e, t)
+
+        makers[f"cascade ({evidence}; text by heuristic)"] = (make, candidates_from(scores, (0.0, 1.01)), evidence)
+    out: dict[str, dict[str, Any]] = {}
+    for name, (policy_at, thresholds, gate) in makers.items():
+        swept = sweep(test, policy_at, thresholds, costs, gate)
+        points = [(s.strong_share, s.cost, s.accuracy) for _, s in swept]
+        points += [(0.0, costs.weak, weak), (1.0, 1.0, strong)]
+        figures_ = curve_figures([(share, acc) for share, _, acc in points], weak, strong)
+        out[name] = {**figures_, "points": sorted({(round(a, 4), round(b, 4), round(c, 4)) for a, b, c in points})}
+    return out
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
