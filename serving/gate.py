@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 from serving.completion import Completion
 from serving.policy import CallerIdentity, CallerPolicy, QuotaHold
 from serving.record import TokenUsage
-from serving.routing import CASCADE_FIRST
+from serving.routing import AUTO, CASCADE_FIRST
 from serving.tracing import step
 
 if TYPE_CHECKING:
@@ -86,7 +86,8 @@ async def gated_answer(
     caller's routing cascade and guardrail: wait for the verdict, escalate or regenerate once on the strongest pool,
     refuse."""
     identity = caller.identity
-    cascading = gate is not None and identity.routing_policy == "cascade"
+    # Only `auto` whole answers can cascade (serving.routing); a text-only one is placed by the heuristic instead.
+    cascading = gate is not None and identity.routing_policy == "cascade" and request.model == AUTO and request.buffered
     completion = await service.start(request, _Checked(caller) if cascading else caller)
     attempt = 0
     if gate is not None and completion.submission.route_reason.startswith(CASCADE_FIRST):

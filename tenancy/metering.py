@@ -129,6 +129,8 @@ def aggregate(db: Engine, tenant_id: str | None, start: datetime, end: datetime,
             InferenceRequest.cost_micros,
         )
     ]
+    # Second attempts at an answer (a cascade's escalations, a guardrail's regenerations), counted per group.
+    sums.append(func.coalesce(func.sum(case((col(InferenceRequest.attempt_of).is_not(None), 1), else_=0)), 0))
     where = [
         col(InferenceRequest.tenant_id) == tenant_id,
         col(InferenceRequest.created_at) >= start,
@@ -137,7 +139,7 @@ def aggregate(db: Engine, tenant_id: str | None, start: datetime, end: datetime,
     with Session(db) as s:
         if group_by == "modality":
             totals: Any = s.exec(select(*sums).where(*where)).one()
-            text, image, audio, output, cost = totals
+            text, image, audio, output, cost, _ = totals
             count = s.exec(select(func.count()).where(*where).select_from(InferenceRequest)).one()
             return [
                 {"modality": "text", "input_tokens": int(text)},
@@ -153,7 +155,7 @@ def aggregate(db: Engine, tenant_id: str | None, start: datetime, end: datetime,
         rows: list[Any] = list(s.exec(query))
     out = []
     for row in rows:
-        n, t, i, a, o, c = row[len(names) :]
+        n, t, i, a, o, c, again = row[len(names) :]
         out.append(
             {
                 **dict(zip(names, row[: len(names)], strict=True)),
@@ -163,6 +165,7 @@ def aggregate(db: Engine, tenant_id: str | None, start: datetime, end: datetime,
                 "audio_tokens": int(a),
                 "output_tokens": int(o),
                 "cost_micros": int(c),
+                "second_attempts": int(again),  # escalations and regenerations answered here
             }
         )
     return out

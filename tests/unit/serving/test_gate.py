@@ -76,7 +76,8 @@ def _caller(policy: str, routing: str = "heuristic") -> Any:
 
 
 def _request(model: str = "small", temperature: float = 0.7) -> GenerationRequest:
-    return GenerationRequest(model=model, messages=[], params=GenerationParams(max_tokens=16, temperature=temperature))
+    params = GenerationParams(max_tokens=16, temperature=temperature)
+    return GenerationRequest(model=model, messages=[], params=params, buffered=True)
 
 
 async def _render(completion: Any) -> dict[str, Any]:
@@ -221,3 +222,12 @@ def test_a_regenerated_answer_names_the_first_attempt():
     _, service, _ = _answer("block", [0.5, 0.95])
     assert service.requests[1].attempt_of == "req-0"
     assert service.requests[1].route_reason == "regenerated: grounding failed on small"
+
+
+def test_a_named_model_under_a_cascade_policy_is_answered_under_the_callers_own_guardrail():
+    service, gate = StubService(), StubGate([0.1])
+    caller = _caller("score", routing="cascade")
+    answer = asyncio.run(gated_answer(service, gate, _request("small"), caller, _render))  # type: ignore[arg-type]
+    assert [c.model for c in service.started] == ["small"]
+    assert service.identities[0].grounding_policy == "score"  # not scored as a cascade's first attempt
+    assert (answer.verdict, gate.prepared) == (None, [])
