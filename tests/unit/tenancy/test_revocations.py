@@ -92,3 +92,25 @@ def test_replacing_the_operator_key_revokes_the_old_one(db, tmp_path):
     assert directory.resolve("sk-operator-one") is None
     again, _, _ = setup_tenancy(second, db)  # restarting with the same key keeps it
     assert again.resolve("sk-operator-two") is not None
+
+
+def test_the_feed_closes_promptly_whenever_it_is_stopped(db):
+    """A poll in flight when the server stops must not hang it: cancelling a Redis command mid-write left its task
+    waiting forever in most tries, and a stopping gateway waited until it was killed (60 s in the test harness)."""
+    import uvloop
+
+    async def run() -> list[float]:
+        took = []
+        for i in range(20):
+            feed = ChangeFeed(REDIS_URL, Directory(db, "secret"), interval_s=0.0)  # polling back to back
+            await feed.start()
+            await asyncio.sleep(0.003 * i)
+            started = time.monotonic()
+            await asyncio.wait_for(feed.close(), 10)
+            took.append(time.monotonic() - started)
+            assert feed._task is not None
+            assert feed._task.done()
+        return took
+
+    took = uvloop.run(run())
+    assert max(took) < 2.0, took
