@@ -22,6 +22,8 @@ import numpy as np
 
 from demo.answers import Verdict, check_answer
 from demo.golden import ROUTING_SEEDS, GoldenItem, make_item
+from grounding.claims import WEEKDAYS
+from grounding.spoken_claims import MONTHS
 
 SLICES = ("text", "image", "audio", "image+audio")
 SPLIT_SEEDS = ROUTING_SEEDS
@@ -55,21 +57,7 @@ CAPITALS = {
     "Switzerland": "Bern",
 }
 SIDES = {"triangle": 3, "square": 4, "pentagon": 5, "hexagon": 6, "octagon": 8}
-DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
-MONTHS = (
-    "January",
-    "February",
-    "March",
-    "April",
-    "May",
-    "June",
-    "July",
-    "August",
-    "September",
-    "October",
-    "November",
-    "December",
-)
+DAYS = WEEKDAYS
 OPPOSITES = {"up": "down", "big": "small", "fast": "slow", "light": "dark", "open": "closed", "early": "late"}
 WORDS = ("cat", "tree", "house", "river", "apple", "green", "music", "table")
 NUMBER_WORDS = [
