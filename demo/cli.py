@@ -85,6 +85,7 @@ def train_demo(args: argparse.Namespace) -> None:
         ("batch", args.batch),
         ("vision_steps", args.vision_steps),
         ("text_steps", args.text_steps),
+        ("joint_distil", args.joint_distil),
         ("audio_steps", args.audio_steps),
         ("init", str(args.init) if args.init else None),
         ("init_audio", False if args.audio_from_whisper else None),
@@ -155,7 +156,14 @@ def add_models_parser(models: Any) -> None:
         "--text-steps",
         type=int,
         default=None,
-        help="Steps of the text stage, which re-fits a text model cut from SmolLM2's to the whole one (small: 400).",
+        help="Steps of the text stage, which re-fits a text model cut from SmolLM2's to the whole one (small: 800).",
+    )
+    train.add_argument(
+        "--joint-distil",
+        type=int,
+        default=None,
+        help="Windows of prose distilled from the whole text model in every joint step, beside the answers, so the "
+        "cut model keeps its language while it learns the world (small: 2; needs the teacher, as the text stage).",
     )
     train.add_argument(
         "--steps", type=int, default=None, help="Steps of the joint stage (LoRA and both towers' tails)."

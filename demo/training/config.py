@@ -38,6 +38,9 @@ class TrainConfig:
     text_steps: int = 0
     text_batch: int = 8
     text_length: int = 128  # tokens a window of prose
+    # windows of that prose distilled from the teacher in every joint step too, beside the answers, so a cut text
+    # model that trains whole on the world's answers keeps the language the text stage gave it
+    joint_distil: int = 0
     steps: int = 700  # joint
     batch: int = 8  # media items per joint step
     text_items: int = 1  # text-only items per joint step, answered as the untouched text model answers them
@@ -121,8 +124,9 @@ class TrainConfig:
             pool=pool,
             vision_steps=0,
             audio_steps=0,
-            text_steps=400,
+            text_steps=800,
             steps=600,
+            joint_distil=2,
             lr=3e-4,
             text_full=True,
             joint_merger=False,

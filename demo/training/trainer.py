@@ -137,11 +137,11 @@ class Trainer:
             if config.text_items and (config.steps or config.text_steps)
             else []
         )
-        if config.text_steps and self.teacher is None:
+        if (config.text_steps or config.joint_distil) and self.teacher is None:
             raise ValueError("the text stage needs a teacher: the whole text model the cut one re-fits to")
         self.prose: Any = None
         self.prose_sha256 = ""
-        if config.text_steps:
+        if config.text_steps or config.joint_distil:
             self.prose, self.prose_sha256 = prose_windows(self.processor.tokenizer, config.text_length, self.text_items)
         if config.init:
             start_from(self, Path(config.init))
@@ -374,6 +374,12 @@ class Trainer:
             stats["clip accuracy"] = audio_stats["clip accuracy"]
         lm_loss = self._answer_loss(batch, embeds, audio_lens)
         total = total + len(items) / (len(text) + len(items)) * lm_loss
+        if self.config.joint_distil:
+            rng = np.random.default_rng([self.config.seed, len(STAGES), self.step])  # a stream no stage draws from
+            rows = rng.choice(len(self.prose), size=self.config.joint_distil, replace=False)
+            distil, distil_stats = distil_loss(self.thinker, self.teacher, self.prose[rows], rng)
+            total = total + distil
+            stats["distil kl"] = distil_stats["kl"]
         return total, {"answer loss": float(lm_loss.item()), **stats}
 
     def _answer_loss(self, batch: dict[str, Any], embeds: Any, audio_lens: Any = None) -> Any:

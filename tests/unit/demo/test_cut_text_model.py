@@ -35,6 +35,8 @@ def test_the_small_pool_trains_its_cut_text_model_whole_and_never_its_borrowed_t
     small = TrainConfig.for_pool("small")
     assert (small.vision_steps, small.audio_steps) == (0, 0)
     assert small.text_steps > 0
+    assert small.joint_distil > 0  # the joint stage keeps distilling, so the layers keep their language
+    assert TrainConfig().joint_distil == 0  # large's recipe is unchanged
     assert small.text_full
     assert not small.joint_merger
     assert TrainConfig.for_pool("large") == TrainConfig(pool="large")
