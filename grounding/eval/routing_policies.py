@@ -248,17 +248,25 @@ def candidates_from(values: Sequence[float | None], extra: Sequence[float] = ())
     return [*seen, (seen[-1] + 1e-3) if seen else 1.0]
 
 
+def _interval(diff: np.ndarray, seed: int) -> tuple[float, float, float]:
+    """The mean of per-item differences and its 95% bootstrap interval, items resampled."""
+    rng = np.random.default_rng(seed)
+    means = diff[rng.integers(0, len(diff), size=(BOOTSTRAP, len(diff)))].mean(axis=1)
+    return float(diff.mean()), float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
+
+
+def _correct(
+    pairs: Sequence[Pair], policy: Callable[[Pair], Decision], costs: Costs, evidence: str | None
+) -> np.ndarray:
+    return np.array([outcome(p, policy(p), costs, evidence)[0] for p in pairs], dtype=float)
+
+
 def bootstrap_gap(
     pairs: Sequence[Pair], policy: Callable[[Pair], Decision], costs: Costs, evidence: str | None, seed: int
 ) -> tuple[float, float, float]:
-    """The accuracy gap to always-strong (strong minus policy) and its 95% bootstrap interval, items resampled."""
-    mine = np.array([outcome(p, policy(p), costs, evidence)[0] for p in pairs], dtype=float)
+    """The accuracy gap to always-strong (strong minus policy) and its 95% bootstrap interval."""
     strong = np.array([p.strong_correct for p in pairs], dtype=float)
-    diff = strong - mine
-    rng = np.random.default_rng(seed)
-    draws = rng.integers(0, len(diff), size=(BOOTSTRAP, len(diff)))
-    means = diff[draws].mean(axis=1)
-    return float(diff.mean()), float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
+    return _interval(strong - _correct(pairs, policy, costs, evidence), seed)
 
 
 def paired_gain(
@@ -270,12 +278,7 @@ def paired_gain(
     seed: int,
 ) -> tuple[float, float, float]:
     """Accuracy of `a` minus that of `b` on the same items, with its 95% bootstrap interval."""
-    first = np.array([outcome(p, a(p), costs, evidence_a)[0] for p in pairs], dtype=float)
-    second = np.array([outcome(p, b(p), costs)[0] for p in pairs], dtype=float)
-    diff = first - second
-    rng = np.random.default_rng(seed)
-    means = diff[rng.integers(0, len(diff), size=(BOOTSTRAP, len(diff)))].mean(axis=1)
-    return float(diff.mean()), float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
+    return _interval(_correct(pairs, a, costs, evidence_a) - _correct(pairs, b, costs, None), seed)
 
 
 def evidence_auroc(pairs: Sequence[Pair]) -> dict[str, dict[str, float | None]]:
@@ -328,7 +331,7 @@ def best_static(dev: Sequence[Pair], costs: Costs, max_cost: float) -> dict[str,
 
 
 def fitted_policies(
-    train: Sequence[Pair], dev: Sequence[Pair], costs: Costs
+    train: Sequence[Pair], dev: Sequence[Pair], costs: Costs, router: Router | None = None
 ) -> dict[str, tuple[Policy, dict[str, Any]]]:
     """Every policy with its thresholds fitted on train and chosen on dev: name -> ((decision, evidence), settings)."""
     found: dict[str, tuple[Policy, dict[str, Any]]] = {
@@ -337,7 +340,7 @@ def fitted_policies(
         "heuristic": ((heuristic, None), {}),
         "oracle": ((lambda p: WEAK if p.weak_correct or not p.strong_correct else STRONG, None), {}),
     }
-    router = fit_router(train)
+    router = router or fit_router(train)
     candidates = candidates_from([router.p_weak_right(p) for p in train])
     chosen = choose(train, dev, router.policy, costs, candidates)
     found["router"] = ((router.policy(chosen), None), {"threshold": chosen, "weights": list(router.weights)})
@@ -376,7 +379,8 @@ def report(
     train: Sequence[Pair], dev: Sequence[Pair], test: Sequence[Pair], costs: Costs, seed: int = 0
 ) -> dict[str, Any]:
     """Every policy on test, per slice and overall, with the curve figures, the intervals and the targets."""
-    policies = fitted_policies(train, dev, costs)
+    router = fit_router(train)
+    policies = fitted_policies(train, dev, costs, router)
     chosen = recommend(dev, policies, costs)
     (decide, evidence), _ = policies[chosen]
     slices = sorted({p.slice for p in test})
@@ -407,7 +411,7 @@ def report(
         "settings": {"split": static, "chosen_on": "dev, at no more than the chosen policy's dev cost"},
         "overall": figures(score(test, _split_policy(static), costs)),
     }
-    curves = _curves(train, test, policies, costs)
+    curves = _curves(train, test, router, costs)
     gap = bootstrap_gap(test, decide, costs, evidence, seed)
     versus = {
         "heuristic": paired_gain(test, decide, heuristic, costs, evidence, seed),
@@ -444,14 +448,11 @@ def report(
     }
 
 
-def _curves(
-    train: Sequence[Pair], test: Sequence[Pair], policies: dict[str, tuple[Policy, dict[str, Any]]], costs: Costs
-) -> dict[str, dict[str, Any]]:
+def _curves(train: Sequence[Pair], test: Sequence[Pair], router: Router, costs: Costs) -> dict[str, dict[str, Any]]:
     """Each thresholded policy swept over its train candidates on test (for the curve only; the served threshold
     was chosen on dev): its (strong share, cost, accuracy) points, APGR and CPT."""
     weak = score(test, lambda _: WEAK, costs).accuracy
     strong = score(test, lambda _: STRONG, costs).accuracy
-    router = fit_router(train)
     makers: dict[str, tuple[Callable[[float], Callable[[Pair], Decision]], list[float], str | None]] = {
         "router": (router.policy, candidates_from([router.p_weak_right(p) for p in train], (0.0, 1.01)), None)
     }
