@@ -71,6 +71,65 @@ TEXT_PROMPTS: tuple[str, ...] = (
     "What is the currency of the United Kingdom?",
 )
 
+# More of the same for a pool whose text model is cut from SmolLM2's (`small`): it re-learns its language from the
+# whole model, and 48 turns repeated through a run are learnt by heart rather than as chat. None is a capital, a
+# sum, an opposite or any other kind the routing eval asks (demo.routing_set), and none names France.
+MORE_PROMPTS: tuple[str, ...] = (
+    "How do I boil an egg?",
+    "What is the difference between weather and climate?",
+    "Why is exercise good for you?",
+    "What is a noun?",
+    "How does a rainbow form?",
+    "What is the moon made of?",
+    "Give me three tips for learning a new language.",
+    "What is the job of the heart?",
+    "Write a short poem about autumn.",
+    "What is gravity?",
+    "How do plants drink water?",
+    "What is an email?",
+    "Why do we need sleep?",
+    "Describe a cat in two sentences.",
+    "What is a volcano?",
+    "How do I make a cup of tea?",
+    "What is the internet?",
+    "Why is the sea salty?",
+    "What does a teacher do?",
+    "What is a healthy lunch?",
+    "How many minutes are there in an hour?",
+    "What is the sun?",
+    "Explain what a map is.",
+    "What is a good way to save money?",
+    "Why do birds fly south in winter?",
+    "What is a bicycle?",
+    "Write a thank-you note to a friend.",
+    "What is electricity?",
+    "How do fish breathe?",
+    "What is the purpose of a bank?",
+    "What happens when ice melts?",
+    "Recommend a hobby for a rainy day.",
+    "What is a dictionary used for?",
+    "Who was Albert Einstein?",
+    "What is the difference between a lake and a sea?",
+    "How can I stay calm before an exam?",
+    "What is a cloud made of?",
+    "What does a farmer do?",
+    "Why do we brush our teeth?",
+    "What is a year?",
+    "Describe a busy city street.",
+    "What is recycling?",
+    "How do airplanes stay in the air?",
+    "What is a museum?",
+    "Give me an idea for a birthday present.",
+    "What are vitamins?",
+    "What is the role of a firefighter?",
+    "How does a thermometer work?",
+)
+
+
+def prompts_of(more: bool) -> tuple[str, ...]:
+    """The everyday prompts a run's text turns answer: `TEXT_PROMPTS`, and `MORE_PROMPTS` too when `more`."""
+    return TEXT_PROMPTS + MORE_PROMPTS if more else TEXT_PROMPTS
+
 
 def text_item(index: int, prompt: str, answer: str) -> GoldenItem:
     """A text-only training item (no media): `encode` renders it as a plain user turn."""
@@ -84,14 +143,22 @@ def _fingerprint(prompts: tuple[str, ...], max_new_tokens: int) -> str:
 
 
 def own_answers(
-    thinker: Any, processor: Any, path: Path, prompt_of: Any, max_new_tokens: int = 96, progress: Any = print
+    thinker: Any,
+    processor: Any,
+    path: Path,
+    prompt_of: Any,
+    max_new_tokens: int = 96,
+    progress: Any = print,
+    prompts: tuple[str, ...] | None = None,
 ) -> list[GoldenItem]:
-    """The text model's greedy answers to `TEXT_PROMPTS` as items, read from `path` or made and written there.
+    """The text model's greedy answers to `prompts` (`TEXT_PROMPTS` by default) as items, read from `path` or made
+    and written there.
 
     Call before the adapter trains (its update is zero then), so the answers are the untouched model's."""
     import torch
 
-    key = _fingerprint(TEXT_PROMPTS, max_new_tokens)
+    prompts = TEXT_PROMPTS if prompts is None else prompts
+    key = _fingerprint(prompts, max_new_tokens)
     if path.exists():
         stored = json.loads(path.read_text())
         if stored.get("fingerprint") == key:
@@ -99,15 +166,15 @@ def own_answers(
     tokenizer = processor.tokenizer
     end = tokenizer.convert_tokens_to_ids("<|im_end|>")
     pairs: list[tuple[str, str]] = []
-    for n, prompt in enumerate(TEXT_PROMPTS, 1):
+    for n, prompt in enumerate(prompts, 1):
         ids = tokenizer(prompt_of(prompt), return_tensors="pt")
         with torch.no_grad():
             out = thinker.generate(**ids, max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=end)
         new = out[0, ids["input_ids"].shape[1] :].tolist()
         if end in new:  # finished within the budget
             pairs.append((prompt, tokenizer.decode(new[: new.index(end)], skip_special_tokens=True).strip()))
-        if n % 8 == 0 or n == len(TEXT_PROMPTS):
-            progress(f"  text answers of the untouched model: {n}/{len(TEXT_PROMPTS)} ({len(pairs)} finished)")
+        if n % 8 == 0 or n == len(prompts):
+            progress(f"  text answers of the untouched model: {n}/{len(prompts)} ({len(pairs)} finished)")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"fingerprint": key, "pairs": pairs}, indent=1) + "\n")
     return [text_item(i, p, a) for i, (p, a) in enumerate(pairs)]

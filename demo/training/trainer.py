@@ -67,7 +67,7 @@ from demo.training.stage_losses import (
     image_stage_loss,
     word_logits,
 )
-from demo.training.text_keep import own_answers
+from demo.training.text_keep import own_answers, prompts_of
 from demo.training.thinker import AUDIO_PART, install_lora, load_thinker, prompt_text
 from demo.training.verify import verify_item
 from demo.world import render_scene
@@ -133,6 +133,7 @@ class Trainer:
                 answers,
                 lambda q: prompt_text(q, media=()),
                 progress=progress,
+                prompts=prompts_of(config.more_text),
             )
             if config.text_items and (config.steps or config.text_steps)
             else []

@@ -14,6 +14,7 @@ from demo.checkpoints import DEMO_SPECS, TRAINED_SPECS, spec_of
 from demo.grounded_weights import apply_grounding, apply_text
 from demo.sources import transplant_text
 from demo.training.config import ORDER, STAGES, TrainConfig
+from demo.training.curriculum import mix_turns
 from demo.training.distil import distil_loss
 
 
@@ -37,6 +38,9 @@ def test_the_small_pool_trains_its_cut_text_model_whole_and_never_its_borrowed_t
     assert small.text_steps > 0
     assert small.joint_distil > 0  # the joint stage keeps distilling, so the layers keep their language
     assert TrainConfig().joint_distil == 0  # large's recipe is unchanged
+    assert small.more_text
+    assert not TrainConfig().more_text
+    assert small.joint_mix == mix_turns({"image": 4, "audio": 2, "image+audio": 2})
     assert small.text_full
     assert not small.joint_merger
     assert TrainConfig.for_pool("large") == TrainConfig(pool="large")
