@@ -65,7 +65,11 @@ def train_demo(args: argparse.Namespace) -> None:
         raise SystemExit(f"error: --mix-weights: {exc}") from None
     if args.enlarge_share is not None and not 0.0 <= args.enlarge_share <= 1.0:
         raise SystemExit(f"error: --enlarge-share must lie in [0, 1], got {args.enlarge_share}")
-    for flag, share in (("--lone-share", args.lone_share), ("--free-share", args.free_share)):
+    for flag, share in (
+        ("--lone-share", args.lone_share),
+        ("--free-share", args.free_share),
+        ("--vision-free-share", args.vision_free_share),
+    ):
         if share is not None and not 0.0 <= share <= 1.0:
             raise SystemExit(f"error: {flag} must lie in [0, 1], got {share}")
     if args.verify_share is not None and not 0.0 <= args.verify_share <= 1.0:
@@ -94,6 +98,7 @@ def train_demo(args: argparse.Namespace) -> None:
         ("enlarge_share", args.enlarge_share),
         ("joint_lone_share", args.lone_share),
         ("joint_free_share", args.free_share),
+        ("vision_free_share", args.vision_free_share),
         ("joint_verify_share", args.verify_share),
         ("loss_per_item", True if args.loss_per_item else None),
         ("spread_beyond", args.spread_beyond),
@@ -206,6 +211,12 @@ def add_models_parser(models: Any) -> None:
         default=None,
         help="Share of the joint stage's images drawn as free layouts: 1-4 shapes anywhere, up to 3 times the "
         "world's large size (default 0).",
+    )
+    train.add_argument(
+        "--vision-free-share",
+        type=float,
+        default=None,
+        help="Share of the vision stage's scenes drawn as free layouts, the rest the world's (default 0).",
     )
     train.add_argument(
         "--verify-share",

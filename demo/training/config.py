@@ -56,6 +56,10 @@ class TrainConfig:
     bf16: bool = dataclasses.field(default_factory=native_bf16)
     warmup_steps: int = 30
     enlarge_share: float = 0.25  # of vision-stage scenes: one large shape drawn bigger than the world's
+    # of vision-stage scenes: a free layout instead (`curriculum.vision_scene`); a pass over free layouts from
+    # trained weights (`init`) sets it, with the joint stage's `joint_free_share`, so the world's layouts stay in
+    # every batch beside them
+    vision_free_share: float = 0.0
     # of the joint stage's scenes that hold one large shape: that shape drawn bigger (`enlarged`), so the adapter
     # reads a shape that fills the frame as one shape, and the merger keeps its other tokens quiet
     joint_enlarge_share: float = 0.75

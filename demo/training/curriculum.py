@@ -14,9 +14,14 @@ from demo.golden import AUDIO_KINDS, IMAGE_KINDS, MEDIUM_LEAD, MIXES, GoldenItem
 from demo.world import MAX_REACH, Scene, sample_free_scene, sample_scene, world_radius
 
 
-def vision_scene(rng: np.random.Generator, enlarge_share: float) -> Scene:
+def vision_scene(rng: np.random.Generator, enlarge_share: float, free_share: float = 0.0) -> Scene:
     """A scene of the world, or, `enlarge_share` of the time, one large shape drawn up to 3 times the world's size
-    (`enlarged`; a small one drawn is made large first, so every such scene shows a shape bigger than the world's)."""
+    (`enlarged`; a small one drawn is made large first, so every such scene shows a shape bigger than the world's).
+    With `free_share`, that share of the scenes is a free layout instead (demo.world `sample_free_scene`: one to four
+    shapes anywhere, up to three times the world's large size, on tinted and noisy backgrounds); without it the draws
+    are the ones an earlier recipe made."""
+    if free_share and rng.random() < free_share:
+        return sample_free_scene(rng)
     if rng.random() >= enlarge_share:
         return sample_scene(rng)
     scene = sample_scene(rng, n_shapes=1)

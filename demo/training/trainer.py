@@ -315,7 +315,10 @@ class Trainer:
 
     def vision_loss(self) -> tuple[Any, dict[str, float]]:
         rng = _rng(self.config, "vision", self.step)
-        scenes = [vision_scene(rng, self.config.enlarge_share) for _ in range(self.config.vision_batch)]
+        scenes = [
+            vision_scene(rng, self.config.enlarge_share, self.config.vision_free_share)
+            for _ in range(self.config.vision_batch)
+        ]
         with _full_precision():
             enc = self.processor.image_processor(images=[render_scene(s) for s in scenes], return_tensors="pt")
         out = self.thinker.visual(enc["pixel_values"], grid_thw=enc["image_grid_thw"]).pooler_output

@@ -11,10 +11,11 @@ import pytest
 
 from demo.answers import check_answer
 from demo.golden import IMAGE_KINDS, GoldenItem, training_items
+from demo.training import curriculum
 from demo.training.config import TrainConfig
 from demo.training.curriculum import enlarged, mix_turns, parse_kind_weights, vision_scene, weighted_items
 from demo.training.trainer import Trainer
-from demo.world import MAX_REACH, RADIUS_FRACTION, Scene, Shape
+from demo.world import MAX_REACH, RADIUS_FRACTION, Scene, Shape, sample_free_scene
 
 
 def _scene() -> Scene:
@@ -91,6 +92,25 @@ def test_the_vision_stage_draws_its_enlarged_share_as_one_large_shape_often_well
     plain = [vision_scene(rng, 0.0) for _ in range(100)]
     assert any(len(scene.shapes) > 1 for scene in plain)
     assert any(shape.size == "small" for scene in plain for shape in scene.shapes)
+
+
+def test_a_vision_pass_over_free_layouts_keeps_the_worlds_scenes_beside_them(monkeypatch):
+    # no share: the draws an earlier recipe made
+    assert vision_scene(np.random.default_rng(9), 0.25) == vision_scene(np.random.default_rng(9), 0.25, 0.0)
+    drawn = []
+
+    def free(rng):
+        drawn.append(sample_free_scene(rng))
+        return drawn[-1]
+
+    monkeypatch.setattr(curriculum, "sample_free_scene", free)
+    rng = np.random.default_rng(9)
+    scenes = [vision_scene(rng, 0.25, 0.5) for _ in range(400)]
+    assert 150 <= len(drawn) <= 250
+    assert {len(s.shapes) for s in drawn} == {1, 2, 3, 4}
+    world = [s for s in scenes if all(s is not d for d in drawn)]
+    assert len(world) == 400 - len(drawn)
+    assert any(len(s.shapes) > 1 for s in world)
 
 
 def test_joint_items_follow_the_mix_turns():
