@@ -296,6 +296,12 @@ class Settings(BaseSettings):
         "`grounding_judge_threshold` if that is set, else the judge pool checkpoint's calibrated open threshold, "
         "else 0.5.",
     )
+    router_path: Path | None = Field(
+        default=None,
+        description="The fitted router the `router` routing policy asks (`tessera eval routing --router-out`). "
+        "Unset: `router.json` in the models directory where one is there, else none (the policy then places "
+        "requests by the heuristic and says so in `x-tessera-route`).",
+    )
     default_max_tokens: int = Field(default=256, description="Completion length when the client sets none.")
     log_level: str = Field(default="INFO", description="Log level of the server.")
 
@@ -307,3 +313,11 @@ class Settings(BaseSettings):
 
     def demo_dir(self) -> Path:
         return self.models_dir or self.data_dir / "models"
+
+    def resolved_router_path(self) -> Path | None:
+        """The router file to load: `router_path` (which must exist), else `router.json` beside the checkpoints
+        where there is one."""
+        if self.router_path is not None:
+            return self.router_path
+        beside = self.demo_dir() / "router.json"
+        return beside if beside.is_file() else None

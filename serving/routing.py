@@ -6,6 +6,10 @@
 - `cascade` sends media requests to the weakest able pool first; serving (serving.gate) checks that whole answer's
   grounding and escalates it to the strongest pool when it is not vouched for. A text-only request has no
   grounding to check, so the heuristic places it before it is answered, as it does a streamed one;
+- `router` asks a fitted model (serving.prompt_router, fitted by `tessera eval routing --router-out`) how likely
+  the weakest able pool is to answer right, from the request's media, words, size and the heuristic's word, and
+  sends it there when that reaches the model's threshold, else to the strongest; with no router loaded it is
+  placed by the heuristic, and its reason says so;
 - `weakest` and `strongest` always take that end of the able pools (a static split, and the baselines a routing
   eval compares against).
 Explicit pool names are always honoured, whatever the policy.
@@ -18,9 +22,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from serving.errors import InvalidRequest, NotFound
+from serving.prompt_router import PromptRouter, slice_of
 
 AUTO = "auto"
-ROUTING_POLICIES = ("heuristic", "cascade", "weakest", "strongest")
+ROUTING_POLICIES = ("heuristic", "cascade", "router", "weakest", "strongest")
 DEFAULT_ROUTING_POLICY = "heuristic"
 CASCADE_FIRST = "cascade: first attempt"  # the route reason of an answer serving checks before it may stand
 _COMPLEX = re.compile(
@@ -66,6 +71,7 @@ class RoutingPolicy:
     long_prompt_tokens: int = 1024
     long_text_chars: int = 1200
     min_headroom: float = 0.1
+    router: PromptRouter | None = None  # the `router` policy's fitted model, where one is loaded
 
 
 def text_is_complex(text: str, policy: RoutingPolicy) -> bool:
@@ -97,8 +103,17 @@ def route(req: RouteRequest, pools: Sequence[PoolView], policy: RoutingPolicy | 
     if req.policy == "cascade" and req.modalities - {"text"} and not req.streamed and len(able) > 1:
         return _with_headroom(able, CASCADE_FIRST, policy)
     wants_strong = req.fused_tokens >= policy.long_prompt_tokens or text_is_complex(req.text, policy)
+    if req.policy == "router" and policy.router is not None and len(able) > 1:
+        fitted = policy.router
+        p = fitted.p_weak_right(slice_of(req.modalities), req.text, req.fused_tokens, wants_strong)
+        weak = p >= fitted.threshold
+        ranked = able if weak else list(reversed(able))
+        reason = f"router: p(weak right) {p:.2f} {'>=' if weak else '<'} {fitted.threshold:.2f}"
+        return _with_headroom(ranked, reason, policy)
     ranked = list(reversed(able)) if wants_strong else able
     reason = "complex" if wants_strong else "simple"
+    if req.policy == "router" and policy.router is None:
+        reason = f"router: none loaded, {reason} by the heuristic"
     if req.policy == "cascade":
         reason = f"cascade: {reason} {'stream' if req.streamed else 'text'}, placed by the heuristic"
     return _with_headroom(ranked, reason, policy)

@@ -43,7 +43,9 @@ from serving.media.images import ImageLoader
 from serving.metrics import ServerMetrics
 from serving.pipeline import Pipeline
 from serving.pools import PoolRegistry
+from serving.prompt_router import PromptRouter, load_router
 from serving.record import CompletionBus
+from serving.routing import RoutingPolicy
 from serving.service import InferenceService
 from serving.task_lease import TaskService
 from serving.tracing import Tracing
@@ -145,6 +147,17 @@ def setup_tenancy(settings: Settings, db: Engine) -> tuple[Directory, str | None
     return directory, key, fresh
 
 
+def _router(settings: Settings) -> PromptRouter | None:
+    """The `router` policy's fitted model, if one is configured or lies beside the checkpoints. A configured path
+    that cannot be read stops the start: a tenant on `router` would otherwise be placed by the heuristic unseen."""
+    path = settings.resolved_router_path()
+    if path is None:
+        return None
+    router = load_router(path)
+    logger.info("routing: the router policy reads %s (threshold %.2f)", path, router.threshold)
+    return router
+
+
 def _grounding(
     settings: Settings,
     db: Engine,
@@ -213,6 +226,7 @@ async def build_state(settings: Settings, checkpoints: CheckpointResolver | None
             max_images=settings.max_images_per_request,
             pinned_media=set(settings.pinned_media),
             shared_cache_salt=settings.shared_cache_salt,
+            routing=RoutingPolicy(router=_router(settings)),
         )
         service = InferenceService(pipeline, MediaEncoder(ingest, cache), metrics, bus, tasks, gate=grounding)
         quotas = QuotaGate(limiter, db, prices=prices)

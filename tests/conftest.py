@@ -16,6 +16,8 @@ import httpx
 import pytest
 
 from bench.server import stop_process
+from serving.prompt_router import save_router
+from tests.stubs import slice_router
 
 REPO = Path(__file__).resolve().parents[1]
 MODELS_DIR = REPO / ".tessera" / "models"
@@ -112,6 +114,8 @@ def server(tmp_path_factory: pytest.TempPathFactory, fake_stripe) -> Iterator[Li
 
     redis.Redis.from_url(REDIS_URL).flushdb()  # a database of its own, emptied for each session
     port = free_port()
+    router = data / "router.json"
+    save_router(slice_router(text=0.95, image=0.05), router)  # the `router` policy's file (test_routing_policy)
     pools = [
         {"name": "small", "aliases": ["8b"]},
         # The large pool is limited to text and image here, so the suite covers a pool lacking a modality.
@@ -136,6 +140,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, fake_stripe) -> Iterator[Li
         "TESSERA_FETCH_ALLOW_HOSTS": json.dumps(["localhost"]),
         "TESSERA_POOLS": json.dumps(pools),
         "TESSERA_MAX_TRANSCRIPTION_SECONDS": str(MAX_TRANSCRIPTION_SECONDS),
+        "TESSERA_ROUTER_PATH": str(router),
     }
     yield from run_server(env, data / "server.log")
 

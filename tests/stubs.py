@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from dataclasses import dataclass, field
 
 import httpx
@@ -22,6 +23,7 @@ from serving.metrics import ServerMetrics
 from serving.pipeline import Pipeline
 from serving.policy import CallerIdentity
 from serving.pools import ModelPool, PoolRegistry
+from serving.prompt_router import DEFAULT_BUCKETS, SLICES, PromptRouter, feature_count
 from serving.record import CompletionBus, CompletionRecord, Journal, TokenUsage
 from serving.service import InferenceService
 
@@ -194,3 +196,13 @@ def harness(
     return Harness(
         InferenceService(pipeline, MediaEncoder(ingest, None), metrics, bus, tasks), pool, engine, records, tasks
     )
+
+
+def slice_router(threshold: float = 0.5, **p_by_slice: float) -> PromptRouter:
+    """A router whose P(the weak pool is right) depends on the slice alone: `slice_router(text=0.95, image=0.05)`
+    (`image_audio` for image+audio; a slice not named: 0.5)."""
+    weights = [0.0] * feature_count(DEFAULT_BUCKETS)
+    for i, name in enumerate(SLICES):
+        p = p_by_slice.get(name.replace("+", "_"), 0.5)
+        weights[i] = math.log(p / (1 - p))
+    return PromptRouter(tuple(weights), threshold=threshold)

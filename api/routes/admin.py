@@ -39,7 +39,7 @@ class QuotaIn(BaseModel):
     grounding_policy: Literal["off", "score", "flag", "block"] | None = None
     grounding_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
     grounding_evidence: Literal["label_head", "judge", "both"] | None = None
-    routing_policy: Literal["heuristic", "cascade", "weakest", "strongest"] | None = None
+    routing_policy: Literal["heuristic", "cascade", "router", "weakest", "strongest"] | None = None
     store_responses: bool | None = None
     response_retention_days: int | None = Field(default=None, ge=1, le=MAX_RETENTION_DAYS)
 

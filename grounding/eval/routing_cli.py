@@ -14,6 +14,7 @@ from grounding.eval.harness import Launcher, Progress, _client
 from grounding.eval.metrics import EvalFailure
 from grounding.eval.routing import RoutingSuite, evaluate_routing
 from grounding.eval.routing_policies import Costs
+from serving.prompt_router import PromptRouter, save_router
 
 # What `tessera bench cost` measured (docs/measurements.md): a request to the five-layer `small` costs 0.276 of one
 # to `large` in engine seconds. A judge question is not measured apart yet: it is priced at a tenth of a request.
@@ -42,6 +43,12 @@ def add_routing_parser(kinds: Any) -> None:
     r.add_argument("--judge-call", type=float, default=DEFAULT_JUDGE_CALL, help="One judge question's cost.")
     r.add_argument("--json", type=Path, help="Write the report here.")
     r.add_argument("--plot", type=Path, help="Draw the cost-quality curves here (PNG).")
+    r.add_argument(
+        "--router-out",
+        type=Path,
+        help="Write the router fitted on train, its threshold chosen on dev, here: the `router` policy's file "
+        "(serve it as router.json in the models directory, or point TESSERA_ROUTER_PATH at it).",
+    )
     r.add_argument("--concurrency", type=int, default=2, help="Items in flight at once (default 2).")
     r.add_argument("--max-tokens", type=int, help="Answer length (default 48; smoke 16).")
     r.add_argument("--budget-s", type=float, help="Stop asking after this many seconds (default 4 h; smoke 600).")
@@ -88,6 +95,9 @@ def run_routing(
         args.json.write_text(json.dumps(found, indent=2) + "\n")
     if args.plot:
         draw_curves(args.plot, found)
+    if args.router_out:
+        save_router(PromptRouter.from_json(found["router"]), args.router_out)
+        progress(f"router written to {args.router_out} (threshold {found['router']['threshold']:.3f})")
     for line in table_lines(found):
         progress(line)
     return found

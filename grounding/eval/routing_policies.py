@@ -18,7 +18,7 @@ the gap).
 
 from __future__ import annotations
 
-import math
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from grounding.eval.metrics import auroc
+from serving.prompt_router import DEFAULT_BUCKETS, PromptRouter, router_features
 from serving.routing import AUTO, PoolView, RouteRequest, route
 
 EVIDENCES = ("label_head", "judge", "both")
@@ -37,8 +38,9 @@ BOOTSTRAP = 1000
 
 @dataclass(frozen=True)
 class Pair:
-    """One item answered by both pools: what a policy may read before answering (slice, kind, question, prompt
-    size), and after the weak answer (its grounding score per evidence, the judge calls it took)."""
+    """One item answered by both pools: what a policy may read before answering (slice, question, prompt size),
+    and after the weak answer (its grounding score per evidence, the judge calls it took). `kind` (the generator's
+    question kind) is for reading the results only: a served request carries no such label, so no policy reads it."""
 
     id: str
     slice: str
@@ -109,40 +111,38 @@ def cascade(
     return decide
 
 
-@dataclass(frozen=True)
-class Router:
-    """A logistic model of P(the weak answer is right) from what is known before answering: the slice, the question
-    kind, the prompt's size (log tokens) and the heuristic's word. Fitted on train."""
+class FittedRouter:
+    """The served router (serving.prompt_router) read on pairs: what it knows of an item before answering is the
+    item's slice, question, prompt size and the heuristic's word; each item's probability is worked out once."""
 
-    slices: tuple[str, ...]
-    kinds: tuple[str, ...]
-    weights: tuple[float, ...]
-
-    def features(self, pair: Pair) -> np.ndarray:
-        one_hot = [float(pair.slice == s) for s in self.slices] + [float(pair.kind == k) for k in self.kinds]
-        extra = [math.log1p(pair.prompt_tokens) / 10, float(heuristic(pair) == STRONG), 1.0]
-        return np.array(one_hot + extra)
+    def __init__(self, model: PromptRouter) -> None:
+        self.model = model
+        self._seen: dict[tuple[str, str, str], float] = {}
 
     def p_weak_right(self, pair: Pair) -> float:
-        z = float(self.features(pair) @ np.array(self.weights))
-        return 1.0 / (1.0 + math.exp(-max(-30.0, min(30.0, z))))
+        key = (pair.id, pair.slice, pair.question)
+        if key not in self._seen:
+            strong = heuristic(pair) == STRONG
+            self._seen[key] = self.model.p_weak_right(pair.slice, pair.question, pair.prompt_tokens, strong)
+        return self._seen[key]
 
     def policy(self, threshold: float) -> Callable[[Pair], Decision]:
         return lambda pair: WEAK if self.p_weak_right(pair) >= threshold else STRONG
 
 
-def fit_router(train: Sequence[Pair], steps: int = 2000, lr: float = 0.5, l2: float = 1e-3) -> Router:
-    """Logistic regression by gradient descent (a few dozen features, a few hundred items)."""
-    slices = tuple(sorted({p.slice for p in train}))
-    kinds = tuple(sorted({p.kind for p in train}))
-    router = Router(slices, kinds, ())
-    x = np.stack([router.features(p) for p in train])
+def fit_router(
+    train: Sequence[Pair], steps: int = 2000, lr: float = 0.5, l2: float = 1e-3, buckets: int = DEFAULT_BUCKETS
+) -> FittedRouter:
+    """Logistic regression by gradient descent (a few dozen features, a few hundred items); its threshold is
+    chosen later, on dev (`fitted_policies`)."""
+    rows = [router_features(p.slice, p.question, p.prompt_tokens, heuristic(p) == STRONG, buckets) for p in train]
+    x = np.array(rows)
     y = np.array([float(p.weak_correct) for p in train])
     w = np.zeros(x.shape[1])
     for _ in range(steps):
         p = 1.0 / (1.0 + np.exp(-np.clip(x @ w, -30, 30)))
         w -= lr * (x.T @ (p - y) / len(y) + l2 * w)
-    return Router(slices, kinds, tuple(float(v) for v in w))
+    return FittedRouter(PromptRouter(tuple(float(v) for v in w), threshold=0.5, buckets=buckets))
 
 
 # -- scoring -----------------------------------------------------------------------------------------------------
@@ -331,7 +331,7 @@ def best_static(dev: Sequence[Pair], costs: Costs, max_cost: float) -> dict[str,
 
 
 def fitted_policies(
-    train: Sequence[Pair], dev: Sequence[Pair], costs: Costs, router: Router | None = None
+    train: Sequence[Pair], dev: Sequence[Pair], costs: Costs, router: FittedRouter | None = None
 ) -> dict[str, tuple[Policy, dict[str, Any]]]:
     """Every policy with its thresholds fitted on train and chosen on dev: name -> ((decision, evidence), settings)."""
     found: dict[str, tuple[Policy, dict[str, Any]]] = {
@@ -343,7 +343,7 @@ def fitted_policies(
     router = router or fit_router(train)
     candidates = candidates_from([router.p_weak_right(p) for p in train])
     chosen = choose(train, dev, router.policy, costs, candidates)
-    found["router"] = ((router.policy(chosen), None), {"threshold": chosen, "weights": list(router.weights)})
+    found["router"] = ((router.policy(chosen), None), {"threshold": chosen, "buckets": router.model.buckets})
     for evidence in EVIDENCES:
         scores = [p.weak_scores.get(evidence) for p in train if p.slice != "text"]
         for text_name, text in (("heuristic", heuristic), ("router", router.policy(chosen))):
@@ -444,11 +444,18 @@ def report(
         "gain_over": {k: {"mean": round(v[0], 4), "ci95": [round(v[1], 4), round(v[2], 4)]} for k, v in versus.items()},
         "gap_by_slice": by_slice_gap,
         "auroc_weak_errors": evidence_auroc(test),
+        "router": dataclasses.replace(
+            router.model,
+            threshold=float(policies["router"][1]["threshold"]),
+            fitted={"train": len(train), "dev": len(dev), "cost_ratio": costs.weak},
+        ).to_json(),
         "targets": {**targets, "met": all(targets.values())},
     }
 
 
-def _curves(train: Sequence[Pair], test: Sequence[Pair], router: Router, costs: Costs) -> dict[str, dict[str, Any]]:
+def _curves(
+    train: Sequence[Pair], test: Sequence[Pair], router: FittedRouter, costs: Costs
+) -> dict[str, dict[str, Any]]:
     """Each thresholded policy swept over its train candidates on test (for the curve only; the served threshold
     was chosen on dev): its (strong share, cost, accuracy) points, APGR and CPT."""
     weak = score(test, lambda _: WEAK, costs).accuracy

@@ -9,6 +9,7 @@ import json
 from demo.suite import routing_suite
 from grounding.eval.cli import add_eval_parser
 from grounding.eval.routing_cli import run_routing
+from serving.prompt_router import load_router
 from tests.admin import new_tenant
 
 
@@ -25,10 +26,11 @@ def _args(*argv: str) -> argparse.Namespace:
 def test_smoke_routing_eval_asks_both_pools_once_and_scores_every_policy(server, tmp_path):
     key = new_tenant(server, "routing", grounding_policy="flag", grounding_evidence="label_head")
     cache, out, png = tmp_path / "answers.jsonl", tmp_path / "routing.json", tmp_path / "curve.png"
+    router = tmp_path / "models" / "router.json"
     common = ("--answers", str(cache), "--json", str(out))
     lines: list[str] = []
     found = run_routing(
-        _args("--base-url", server.v1, "--api-key", key, *common, "--plot", str(png)),
+        _args("--base-url", server.v1, "--api-key", key, *common, "--plot", str(png), "--router-out", str(router)),
         _no_launch,
         routing_suite(),
         lines.append,
@@ -56,6 +58,9 @@ def test_smoke_routing_eval_asks_both_pools_once_and_scores_every_policy(server,
     assert png.read_bytes()[:4] == b"\x89PNG"
     assert json.loads(out.read_text())["chosen"] == found["chosen"]
     assert any(line.startswith("chosen on dev:") for line in lines)
+    served = load_router(router)  # what the `router` policy serves: fitted on train, its threshold chosen on dev
+    assert served.threshold == found["policies"]["router"]["settings"]["threshold"]
+    assert served.fitted["train"] == 8
 
     # A second run finds every answer cached and asks nothing (no server listens at this address).
     again = run_routing(

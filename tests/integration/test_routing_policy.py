@@ -78,3 +78,23 @@ def test_static_policies_and_refusals(server):
     )
     assert refused.status_code == 400
     assert "routing_policy" in refused.text
+
+
+def test_the_router_policy_places_auto_by_the_fitted_router_and_says_why(server):
+    # The shared server reads a router (conftest) that gives the small pool 0.95 on text and 0.05 on images.
+    key = new_tenant(server, "routed", routing_policy="router")
+    client = openai_client(server.v1, key, timeout=180)
+    text = client.chat.completions.with_raw_response.create(
+        model="auto", messages=[{"role": "user", "content": "Hi"}], max_tokens=2
+    )
+    assert (text.parse().model, text.headers["x-tessera-route"]) == ("small", "router: p(weak right) 0.95 >= 0.50")
+    image = client.chat.completions.with_raw_response.create(
+        model="auto", messages=_image_question(_red_circle()), max_tokens=2
+    )
+    assert (image.parse().model, image.headers["x-tessera-route"]) == ("large", "router: p(weak right) 0.05 < 0.50")
+    receipt = _receipt(server, key, image.parse().id)
+    assert receipt["route_reason"] == "router: p(weak right) 0.05 < 0.50"
+    named = client.chat.completions.with_raw_response.create(
+        model="small", messages=_image_question(_red_circle()), max_tokens=2
+    )
+    assert named.parse().model == "small"  # a named pool is honoured under every policy

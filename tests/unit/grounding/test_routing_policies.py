@@ -22,6 +22,7 @@ from grounding.eval.routing_policies import (
     report,
     score,
 )
+from serving.prompt_router import PromptRouter
 
 COSTS = Costs(weak=0.25, judge_call=0.1)
 
@@ -148,6 +149,9 @@ def test_the_report_recommends_the_cascade_that_meets_the_targets_and_scores_eve
     assert found["auroc_weak_errors"]["image"]["label_head"] == 1.0
     assert set(found["curves"]) >= {"router", "cascade (label_head; text by heuristic)"}
     assert found["curves"]["cascade (label_head; text by heuristic)"]["apgr"] > 0.65
+    served = PromptRouter.from_json(found["router"])  # the file `--router-out` writes
+    assert served.threshold == found["policies"]["router"]["settings"]["threshold"]
+    assert served.fitted == {"train": 160, "dev": 120, "cost_ratio": COSTS.weak}  # four items for each i
 
 
 def test_the_oracle_is_reported_but_never_recommended():
