@@ -16,6 +16,7 @@ from demo.answers import check_answer
 from demo.golden import GoldenItem, golden_set
 from demo.training.calibration import calibrate
 from demo.training.stage_losses import ATTRIBUTES
+from demo.training.text_keep import text_item
 from demo.training.thinker import prompt_text
 from demo.world import COLOURS, SHAPES, WORLD_SHAPE_CELLS
 from serving.encoders.detection import LabelHead
@@ -55,10 +56,26 @@ def answer(trainer: Trainer, item: GoldenItem, max_new_tokens: int = 48) -> str:
     return str(trainer.processor.tokenizer.decode(out[0, enc["input_ids"].shape[1] :], skip_special_tokens=True))
 
 
+# Everyday questions no run trains on (demo.training.text_keep's prompts leave out France on purpose), asked at the
+# end of a run so its manifest shows whether the text model still reads as language.
+TEXT_PROBES = (
+    "What is the capital of France?",
+    "What colour is grass?",
+    "What do cows eat?",
+    "Write one sentence about the weather today.",
+)
+
+
+def text_probe(trainer: Trainer) -> dict[str, Any]:
+    """The model's greedy answers to `TEXT_PROBES`, and whether it names Paris as France's capital."""
+    answers = {q: answer(trainer, text_item(0, q, "")).strip() for q in TEXT_PROBES}
+    return {"answers": answers, "paris": "paris" in answers[TEXT_PROBES[0]].lower()}
+
+
 def quick_eval(
     trainer: Trainer, limit: int, mixes: tuple[str, ...] = ("image", "audio", "image+audio")
 ) -> dict[str, Any]:
-    """Accuracy on the first `limit` held-out items of each mix, by mix and question kind."""
+    """Accuracy on the first `limit` held-out items of each mix, by mix and question kind, and the text probe."""
     items = [i for mix in mixes for i in [i for i in golden_set("heldout") if i.mix == mix][:limit]]
     by_kind: dict[str, list[bool]] = {}
     for n, item in enumerate(items, 1):
@@ -75,6 +92,7 @@ def quick_eval(
         "accuracy": sum(total) / max(1, len(total)),
         "by_mix": {k: sum(v) / len(v) for k, v in sorted(by_mix.items())},
         "by_kind": {k: sum(v) / len(v) for k, v in sorted(by_kind.items())},
+        "text": text_probe(trainer),
     }
 
 
