@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 
 from serving.completion import Completion
 from serving.policy import CallerIdentity, CallerPolicy, QuotaHold
+from serving.prompt_router import CascadeGate
 from serving.record import TokenUsage
 from serving.routing import AUTO, CASCADE_FIRST
 from serving.tracing import step
@@ -88,10 +89,11 @@ async def gated_answer(
     identity = caller.identity
     # Only `auto` whole answers can cascade (serving.routing); a text-only one is placed by the heuristic instead.
     cascading = gate is not None and identity.routing_policy == "cascade" and request.model == AUTO and request.buffered
-    completion = await service.start(request, _Checked(caller) if cascading else caller)
+    checked = _Checked(caller, service.pipeline.cascade_gate)
+    completion = await service.start(request, checked if cascading else caller)
     attempt = 0
     if gate is not None and completion.submission.route_reason.startswith(CASCADE_FIRST):
-        escalated = await _cascade(service, gate, request, caller, render, completion)
+        escalated = await _cascade(service, gate, request, checked, render, completion)
         if isinstance(escalated, GatedAnswer):
             return escalated
         completion, attempt = escalated, 1  # under `block`, a failing escalated answer is refused, not retried
@@ -126,17 +128,18 @@ async def _cascade(
     service: InferenceService,
     gate: GroundingGate,
     request: GenerationRequest,
-    caller: CallerPolicy,
+    checked: _Checked,
     render: Callable[[Completion], Awaitable[Body]],
     first: Completion,
 ) -> GatedAnswer[Body] | Completion:
     """A cascade's first attempt, on the weakest pool: the answer with its verdict when it passes, else the
     strongest pool's completion, started in its place."""
-    gate.waits(_Checked(caller).identity, first)  # starts the clip's transcript while the answer is generated
+    caller = checked.caller
+    gate.waits(checked.identity, first)  # starts the clip's transcript while the answer is generated
     body = await render(first)
-    with step("tessera.cascade", **{"tessera.model": first.model}) as checked:
+    with step("tessera.cascade", **{"tessera.model": first.model}) as span:
         verdict = await gate.verdict(first.request_id)
-        checked.set_attributes({"tessera.passed": verdict is not None and verdict.passed})
+        span.set_attributes({"tessera.passed": verdict is not None and verdict.passed})
     if verdict is not None and verdict.passed:
         shown = gate.action(caller.identity, verdict, streamed=False, attempt=0) != "none"
         return GatedAnswer(body, first, verdict if shown else None)
@@ -154,15 +157,22 @@ async def _cascade(
 @dataclass(frozen=True)
 class _Checked:
     """The caller as a cascade's first attempt sees it: its answer is scored and waited for, whatever the caller's
-    guardrail (`flag` where the guardrail would not wait); everything else is the caller's own."""
+    guardrail. A caller whose guardrail waits (`flag`, `block`) keeps its own evidence and threshold: its own bar.
+    Any other is checked as under `flag`, with the cascade's fitted gate where one is loaded (`fitted`: the
+    evidence and threshold `tessera eval routing` chose on dev), else with its own settings."""
 
     caller: CallerPolicy
+    fitted: CascadeGate | None = None
 
     @property
     def identity(self) -> CallerIdentity:
         identity = self.caller.identity
-        waits = identity.grounding_policy in ("flag", "block")
-        return identity if waits else replace(identity, grounding_policy="flag")
+        if identity.grounding_policy in ("flag", "block"):
+            return identity
+        checked = replace(identity, grounding_policy="flag")
+        if self.fitted is None:
+            return checked
+        return replace(checked, grounding_evidence=self.fitted.evidence, grounding_threshold=self.fitted.threshold)
 
     @property
     def cache_salt(self) -> str | None:

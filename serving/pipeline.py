@@ -16,6 +16,7 @@ from serving.encoders.counting import AUDIO_SAMPLE_RATE
 from serving.errors import EngineUnavailable
 from serving.ingest import MediaIngest, MessageLike, MessagePlan, ProbedMedia, plan_messages
 from serving.pools import ModelPool, PoolRegistry
+from serving.prompt_router import CascadeGate
 from serving.routing import AUTO, DEFAULT_ROUTING_POLICY, PoolView, RouteRequest, RoutingPolicy, route
 
 
@@ -50,6 +51,12 @@ class Pipeline:
         self._pinned = pinned_media or set()
         self._shared_salt = shared_cache_salt
         self._routing = routing or RoutingPolicy()
+
+    @property
+    def cascade_gate(self) -> CascadeGate | None:
+        """The `cascade` policy's fitted gate, where the loaded router carries one (serving.prompt_router)."""
+        router = self._routing.router
+        return router.cascade if router is not None else None
 
     def plan(self, messages: Sequence[MessageLike]) -> MessagePlan:
         return plan_messages(messages, max_images=self._max_images)

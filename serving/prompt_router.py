@@ -9,13 +9,20 @@ Features, all read from the request itself:
   prompt rule).
 
 A logistic model over them gives P(the weak answer is right); a request goes to the weakest able pool when that
-reaches `threshold`, else to the strongest. `tessera eval routing --router-out PATH` fits the weights on its train
-split, chooses the threshold on its dev split (never on test) and writes the JSON `load_router` reads; the server
-reads it from beside the demo checkpoints (`router.json` in the models directory) or from `TESSERA_ROUTER_PATH`.
+reaches `threshold`, else to the strongest.
+
+The same file may carry the `cascade` policy's fitted gate (`CascadeGate`): the evidence and threshold its first
+attempt is checked with, and whether text is placed by the router or the heuristic, so that what `cascade` serves
+is what the eval measured rather than each tenant's own guardrail threshold.
+
+`tessera eval routing --router-out PATH` fits the weights on its train split, chooses the thresholds on its dev
+split (never on test) and writes the JSON `load_router` reads; the server reads it from beside the demo
+checkpoints (`router.json` in the models directory) or from `TESSERA_ROUTER_PATH`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -27,6 +34,8 @@ from pathlib import Path
 from typing import Any
 
 SLICES = ("text", "image", "audio", "image+audio")
+EVIDENCES = ("label_head", "judge", "both")
+TEXT_PLACERS = ("heuristic", "router")
 FORMAT = "tessera-router/1"
 DEFAULT_BUCKETS = 64
 _WORD = re.compile(r"[a-z0-9']+")
@@ -66,12 +75,31 @@ def feature_count(buckets: int) -> int:
 
 
 @dataclass(frozen=True)
+class CascadeGate:
+    """What a cascade's first attempt is checked with: a grounding evidence and the score it must reach, and what
+    places text (which has no grounding to check): `heuristic` or `router`."""
+
+    evidence: str
+    threshold: float
+    text: str = "heuristic"
+
+    def __post_init__(self) -> None:
+        if self.evidence not in EVIDENCES:
+            raise ValueError(f"a cascade's evidence is one of {', '.join(EVIDENCES)}, not {self.evidence!r}")
+        if self.text not in TEXT_PLACERS:
+            raise ValueError(f"a cascade places text by {' or '.join(TEXT_PLACERS)}, not {self.text!r}")
+        if not 0.0 <= self.threshold <= 1.01:
+            raise ValueError(f"a cascade's threshold is a score in [0, 1], not {self.threshold}")
+
+
+@dataclass(frozen=True)
 class PromptRouter:
     weights: tuple[float, ...]
     threshold: float
     buckets: int = DEFAULT_BUCKETS
     # where the weights came from (items per split, the pools compared, the cost ratio): shown, never read
     fitted: dict[str, Any] = field(default_factory=dict)
+    cascade: CascadeGate | None = None
 
     def __post_init__(self) -> None:
         if len(self.weights) != feature_count(self.buckets):
@@ -95,6 +123,7 @@ class PromptRouter:
             "threshold": self.threshold,
             "weights": list(self.weights),
             "fitted": self.fitted,
+            "cascade": dataclasses.asdict(self.cascade) if self.cascade is not None else None,
         }
 
     @classmethod
@@ -103,11 +132,13 @@ class PromptRouter:
             raise ValueError(f"not a router file of format {FORMAT} (format {data.get('format')!r})")
         if list(data.get("slices", [])) != list(SLICES):
             raise ValueError(f"the router was fitted over slices {data.get('slices')}, not {list(SLICES)}")
+        gate = data.get("cascade")
         return cls(
             weights=tuple(float(w) for w in data["weights"]),
             threshold=float(data["threshold"]),
             buckets=int(data["buckets"]),
             fitted=dict(data.get("fitted") or {}),
+            cascade=CascadeGate(str(gate["evidence"]), float(gate["threshold"]), str(gate["text"])) if gate else None,
         )
 
 

@@ -103,20 +103,35 @@ def route(req: RouteRequest, pools: Sequence[PoolView], policy: RoutingPolicy | 
     if req.policy == "cascade" and req.modalities - {"text"} and not req.streamed and len(able) > 1:
         return _with_headroom(able, CASCADE_FIRST, policy)
     wants_strong = req.fused_tokens >= policy.long_prompt_tokens or text_is_complex(req.text, policy)
-    if req.policy == "router" and policy.router is not None and len(able) > 1:
-        fitted = policy.router
-        p = fitted.p_weak_right(slice_of(req.modalities), req.text, req.fused_tokens, wants_strong)
-        weak = p >= fitted.threshold
-        ranked = able if weak else list(reversed(able))
-        reason = f"router: p(weak right) {p:.2f} {'>=' if weak else '<'} {fitted.threshold:.2f}"
-        return _with_headroom(ranked, reason, policy)
+    fitted = policy.router
+    if fitted is not None and len(able) > 1:
+        if req.policy == "router":
+            return _by_router(fitted, req, able, wants_strong, "router:", policy)
+        if req.policy == "cascade" and fitted.cascade is not None and fitted.cascade.text == "router":
+            how = "stream" if req.streamed else "text"
+            return _by_router(fitted, req, able, wants_strong, f"cascade: {how} placed by the router,", policy)
     ranked = list(reversed(able)) if wants_strong else able
     reason = "complex" if wants_strong else "simple"
-    if req.policy == "router" and policy.router is None:
-        reason = f"router: none loaded, {reason} by the heuristic"
+    if req.policy == "router":  # no router loaded (or one able pool, where it has nothing to choose)
+        reason = f"router: none loaded, {reason} by the heuristic" if fitted is None else reason
     if req.policy == "cascade":
         reason = f"cascade: {reason} {'stream' if req.streamed else 'text'}, placed by the heuristic"
     return _with_headroom(ranked, reason, policy)
+
+
+def _by_router(
+    fitted: PromptRouter,
+    req: RouteRequest,
+    able: list[PoolView],
+    wants_strong: bool,
+    lead: str,
+    policy: RoutingPolicy,
+) -> tuple[str, str]:
+    """The weakest able pool when the router's P(it answers right) reaches its threshold, else the strongest."""
+    p = fitted.p_weak_right(slice_of(req.modalities), req.text, req.fused_tokens, wants_strong)
+    weak = p >= fitted.threshold
+    reason = f"{lead} p(weak right) {p:.2f} {'>=' if weak else '<'} {fitted.threshold:.2f}"
+    return _with_headroom(able if weak else list(reversed(able)), reason, policy)
 
 
 def _with_headroom(ranked: Sequence[PoolView], reason: str, policy: RoutingPolicy) -> tuple[str, str]:

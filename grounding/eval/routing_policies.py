@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from grounding.eval.metrics import auroc
-from serving.prompt_router import DEFAULT_BUCKETS, PromptRouter, router_features
+from serving.prompt_router import DEFAULT_BUCKETS, CascadeGate, PromptRouter, router_features
 from serving.routing import AUTO, PoolView, RouteRequest, route
 
 EVIDENCES = ("label_head", "judge", "both")
@@ -355,7 +355,8 @@ def fitted_policies(
 
             threshold = choose(train, dev, make, costs, candidates_from(scores), evidence)
             name = f"cascade ({evidence}; text by {text_name})"
-            found[name] = ((make(threshold), evidence), {"threshold": threshold})
+            settings = {"threshold": threshold, "evidence": evidence, "text": text_name}
+            found[name] = ((make(threshold), evidence), settings)
     return found
 
 
@@ -373,6 +374,16 @@ def recommend(dev: Sequence[Pair], policies: dict[str, tuple[Policy, dict[str, A
         return min(meets)[1]
     affordable = [(s.accuracy, -s.cost, n) for n, s in scored.items() if s.cost <= COST_TARGET]
     return max(affordable or [(s.accuracy, -s.cost, n) for n, s in scored.items()])[2]
+
+
+def fitted_cascade(
+    dev: Sequence[Pair], policies: dict[str, tuple[Policy, dict[str, Any]]], costs: Costs
+) -> CascadeGate:
+    """The gate the served `cascade` policy checks with: the cascade `recommend` would choose on dev among the
+    cascades alone (its evidence, threshold and what places its text)."""
+    cascades = {name: found for name, found in policies.items() if name.startswith("cascade (")}
+    settings = cascades[recommend(dev, cascades, costs)][1]
+    return CascadeGate(settings["evidence"], float(settings["threshold"]), settings["text"])
 
 
 def report(
@@ -448,6 +459,7 @@ def report(
             router.model,
             threshold=float(policies["router"][1]["threshold"]),
             fitted={"train": len(train), "dev": len(dev), "cost_ratio": costs.weak},
+            cascade=fitted_cascade(dev, policies, costs),
         ).to_json(),
         "targets": {**targets, "met": all(targets.values())},
     }

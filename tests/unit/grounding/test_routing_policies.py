@@ -152,6 +152,13 @@ def test_the_report_recommends_the_cascade_that_meets_the_targets_and_scores_eve
     served = PromptRouter.from_json(found["router"])  # the file `--router-out` writes
     assert served.threshold == found["policies"]["router"]["settings"]["threshold"]
     assert served.fitted == {"train": 160, "dev": 120, "cost_ratio": COSTS.weak}  # four items for each i
+    assert served.cascade is not None
+    chosen_settings = found["policies"][chosen]["settings"]
+    assert (served.cascade.evidence, served.cascade.threshold, served.cascade.text) == (
+        chosen_settings["evidence"],
+        chosen_settings["threshold"],
+        chosen_settings["text"],
+    )  # the chosen policy is a cascade here, so the served cascade is that one
 
 
 def test_the_oracle_is_reported_but_never_recommended():

@@ -14,6 +14,7 @@ from grounding.guardrail import Verdict, decide, waits_for_verdict
 from serving.engines.base import GenerationParams
 from serving.gate import gated_answer, stream_verdict
 from serving.policy import CallerIdentity
+from serving.prompt_router import CascadeGate
 from serving.routing import CASCADE_FIRST
 from serving.service import GenerationRequest
 
@@ -34,6 +35,11 @@ class StubService:
     modalities: frozenset[str] = IMAGE
     requests: list[GenerationRequest] = field(default_factory=list)
     identities: list[CallerIdentity] = field(default_factory=list)
+    cascade_gate: CascadeGate | None = None  # the loaded router's fitted gate
+
+    @property
+    def pipeline(self) -> Any:
+        return SimpleNamespace(cascade_gate=self.cascade_gate)
 
     async def start(self, request: GenerationRequest, caller: Any) -> Any:
         model, reason = request.model, request.route_reason or "explicit"
@@ -56,23 +62,27 @@ class StubGate:
 
     scores: list[float | None]
     prepared: list[str] = field(default_factory=list)
+    checked_with: dict[str, tuple[str, float]] = field(default_factory=dict)  # request: (evidence, threshold)
 
     def waits(self, caller: CallerIdentity, completion: Any) -> bool:
         if not waits_for_verdict(caller.grounding_policy) or not completion.submission.modalities - {"text"}:
             return False
         self.prepared.append(completion.request_id)
+        self.checked_with[completion.request_id] = (caller.grounding_evidence, caller.grounding_threshold)
         return True
 
     async def verdict(self, request_id: str) -> Verdict | None:
         score = self.scores[int(request_id.split("-")[1])]
-        return None if score is None else Verdict(score, 0.9, 2, () if score >= 0.9 else ("a star",))
+        threshold = self.checked_with.get(request_id, ("label_head", 0.9))[1]
+        return None if score is None else Verdict(score, threshold, 2, () if score >= threshold else ("a star",))
 
     def action(self, caller: CallerIdentity, verdict: Any, *, streamed: bool, attempt: int) -> Any:
         return decide(caller.grounding_policy, verdict, streamed=streamed, attempt=attempt)
 
 
 def _caller(policy: str, routing: str = "heuristic") -> Any:
-    return SimpleNamespace(identity=CallerIdentity(tenant_id="t", grounding_policy=policy, routing_policy=routing))
+    identity = CallerIdentity(tenant_id="t", grounding_policy=policy, routing_policy=routing, grounding_threshold=0.9)
+    return SimpleNamespace(identity=identity)
 
 
 def _request(model: str = "small", temperature: float = 0.7) -> GenerationRequest:
@@ -171,8 +181,10 @@ def test_a_stream_under_block_is_flagged_not_taken_back():
     assert stream_verdict(None, _caller("flag"), _completion(0, "small")) is None
 
 
-def _cascade(policy: str, scores: list[float | None], modalities: frozenset[str] = IMAGE) -> tuple[Any, StubService]:
-    service, gate = StubService(modalities=modalities), StubGate(scores)
+def _cascade(
+    policy: str, scores: list[float | None], modalities: frozenset[str] = IMAGE, fitted: CascadeGate | None = None
+) -> tuple[Any, StubService]:
+    service, gate = StubService(modalities=modalities, cascade_gate=fitted), StubGate(scores)
     caller = _caller(policy, routing="cascade")
     answer = asyncio.run(gated_answer(service, gate, _request("auto"), caller, _render))  # type: ignore[arg-type]
     return answer, service
@@ -204,6 +216,19 @@ def test_a_cascade_escalates_an_answer_it_cannot_vouch_for_and_links_the_attempt
     )
     assert service.identities[1].grounding_policy == "score"  # the caller's own guardrail on the answer it gets
     assert (answer.refused, answer.grounding()) == (False, None)
+
+
+def test_a_fitted_gate_checks_the_first_attempt_of_callers_without_a_guardrail_of_their_own():
+    fitted = CascadeGate("judge", 0.6)
+    kept, service = _cascade("score", [0.7], fitted=fitted)  # 0.7 passes the fitted 0.6, not the caller's 0.9
+    assert [c.model for c in service.started] == ["small"]
+    assert kept.body == {"answered_by": "req-0"}
+    first = service.identities[0]
+    assert (first.grounding_policy, first.grounding_evidence, first.grounding_threshold) == ("flag", "judge", 0.6)
+    # A caller whose guardrail waits keeps its own bar: its 0.9 escalates the same answer.
+    _, service = _cascade("flag", [0.7, 0.95], fitted=fitted)
+    assert [c.model for c in service.started] == ["small", "large"]
+    assert (service.identities[0].grounding_evidence, service.identities[0].grounding_threshold) == ("label_head", 0.9)
 
 
 def test_under_block_a_cascade_refuses_a_failing_escalated_answer_rather_than_try_a_third_time():

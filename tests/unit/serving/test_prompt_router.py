@@ -3,6 +3,7 @@ read back as JSON, and obeyed by `route` with its probability in the reason."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import pytest
 
 from serving.prompt_router import (
     DEFAULT_BUCKETS,
+    CascadeGate,
     PromptRouter,
     feature_count,
     load_router,
@@ -18,7 +20,7 @@ from serving.prompt_router import (
     save_router,
     slice_of,
 )
-from serving.routing import PoolView, RouteRequest, RoutingPolicy, route
+from serving.routing import CASCADE_FIRST, PoolView, RouteRequest, RoutingPolicy, route
 from tests.stubs import slice_router
 
 SMALL = PoolView("small", [], ["text", "image", "audio"], 0, lambda: 1.0)
@@ -81,6 +83,26 @@ def test_route_follows_the_router_and_names_its_probability():
     assert route(named, [SMALL, LARGE], policy) == ("large", "explicit")
     busy = PoolView("small", [], ["text", "image", "audio"], 0, lambda: 0.0)
     assert route(text, [busy, LARGE], policy) == ("large", "router: p(weak right) 0.95 >= 0.50, small saturated")
+
+
+def test_a_fitted_cascade_places_text_and_streams_by_the_router_when_its_gate_says_so(tmp_path):
+    by_router = dataclasses.replace(slice_router(text=0.2), cascade=CascadeGate("label_head", 0.7, text="router"))
+    save_router(by_router, tmp_path / "router.json")
+    assert load_router(tmp_path / "router.json") == by_router
+    policy = RoutingPolicy(router=by_router)
+    text = RouteRequest("auto", {"text"}, 10, "hello", policy="cascade")
+    placed = ("large", "cascade: text placed by the router, p(weak right) 0.20 < 0.50")
+    assert route(text, [SMALL, LARGE], policy) == placed
+    stream = RouteRequest("auto", {"text", "image"}, 10, "hello", policy="cascade", streamed=True)
+    assert route(stream, [SMALL, LARGE], policy)[1].startswith("cascade: stream placed by the router")
+    image = RouteRequest("auto", {"text", "image"}, 10, "hello", policy="cascade")
+    assert route(image, [SMALL, LARGE], policy) == ("small", CASCADE_FIRST)  # media still cascade
+    by_heuristic = RoutingPolicy(router=dataclasses.replace(by_router, cascade=CascadeGate("label_head", 0.7)))
+    assert route(text, [SMALL, LARGE], by_heuristic) == ("small", "cascade: simple text, placed by the heuristic")
+    with pytest.raises(ValueError, match="evidence"):
+        CascadeGate("gut feeling", 0.5)
+    with pytest.raises(ValueError, match="places text"):
+        CascadeGate("judge", 0.5, text="coin")
 
 
 def test_without_a_router_the_policy_falls_back_to_the_heuristic_and_says_so():
