@@ -161,3 +161,11 @@ def test_the_pool_switches_to_its_trained_spec_only_once_its_weights_are_committ
     (tmp_path / "small-grounding.safetensors").write_bytes(b"committed")
     assert spec_of("small") == TRAINED_SPECS["small"]
     assert spec_of("large") == DEMO_SPECS["large"]  # no trained spec of its own: its weights change no spec
+    # Staged weights are committed but not served: the pool stays as it was unless asked to serve them.
+    monkeypatch.setattr(checkpoints, "STAGED", frozenset({"small"}))
+    monkeypatch.delenv(checkpoints.SERVE_STAGED_ENV, raising=False)
+    assert checkpoints.grounding_weights("small") is None
+    assert spec_of("small") == DEMO_SPECS["small"]
+    assert spec_of("small", training=True) == TRAINED_SPECS["small"]
+    monkeypatch.setenv(checkpoints.SERVE_STAGED_ENV, "1")
+    assert spec_of("small") == TRAINED_SPECS["small"]
