@@ -19,7 +19,8 @@ from typing import Any, Generic
 
 from grounding.eval.harness import EvalSuite, Item, Progress, run_items
 from grounding.eval.metrics import EvalFailure, ItemResult
-from grounding.eval.routing_policies import Costs, Pair, report
+from grounding.eval.routing_policies import Costs, Pair
+from grounding.eval.routing_report import report
 
 SPLITS = ("train", "dev", "test")
 

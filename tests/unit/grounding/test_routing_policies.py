@@ -10,7 +10,6 @@ from grounding.eval.routing_policies import (
     WEAK,
     Costs,
     Pair,
-    best_static,
     bootstrap_gap,
     cascade,
     choose,
@@ -19,9 +18,9 @@ from grounding.eval.routing_policies import (
     fit_router,
     heuristic,
     outcome,
-    report,
     score,
 )
+from grounding.eval.routing_report import best_static, report
 from serving.prompt_router import PromptRouter
 
 COSTS = Costs(weak=0.25, judge_call=0.1)
