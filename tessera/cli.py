@@ -161,19 +161,25 @@ def _eval_server(
     guardrail: str = "flag",
     evidence: str = "both",
     judge_thresholds: tuple[float | None, float | None] = (None, None),
+    routing_policy: str | None = None,
+    env: dict[str, str] | None = None,
 ) -> Any:
     """A live embedded server of the demo pools `models` for `tessera eval`, launched as the benches launch theirs;
-    its tenant's grounding guardrail is `guardrail` (flag: every answer carries its verdict), on `evidence`, and
-    its judge holds claims at `judge_thresholds` (yes/no, open; None: the server's default)."""
+    its tenant's grounding guardrail is `guardrail` (flag: every answer carries its verdict), on `evidence`, its
+    judge holds claims at `judge_thresholds` (yes/no, open; None: the server's default), its routing policy is
+    `routing_policy` (None: the default), and `env` adds server settings."""
     from bench.server import live_server
     from demo.checkpoints import build_demo_checkpoints
 
     demo_dir = Settings().demo_dir()
     build_demo_checkpoints(demo_dir, models, progress=progress)
     quota = {"grounding_policy": guardrail, "grounding_evidence": evidence}
+    if routing_policy is not None:
+        quota["routing_policy"] = routing_policy
     names = ("TESSERA_GROUNDING_JUDGE_THRESHOLD", "TESSERA_GROUNDING_JUDGE_OPEN_THRESHOLD")
-    env = {name: str(t) for name, t in zip(names, judge_thresholds, strict=True) if t is not None}
-    return live_server(demo_dir, [{"name": m} for m in models], progress, env=env, quota=quota)
+    settings = {name: str(t) for name, t in zip(names, judge_thresholds, strict=True) if t is not None}
+    settings |= env or {}
+    return live_server(demo_dir, [{"name": m} for m in models], progress, env=settings, quota=quota)
 
 
 def _run_eval(args: argparse.Namespace) -> None:

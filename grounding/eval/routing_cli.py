@@ -7,12 +7,14 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from grounding.eval.harness import Launcher, Progress, _client
 from grounding.eval.metrics import EvalFailure
 from grounding.eval.routing import RoutingSuite, evaluate_routing
+from grounding.eval.routing_live import confirm, served_policy
 from grounding.eval.routing_policies import Costs
 from serving.prompt_router import PromptRouter, save_router
 
@@ -49,6 +51,12 @@ def add_routing_parser(kinds: Any) -> None:
         help="Write the router fitted on train, its threshold chosen on dev, here: the `router` policy's file "
         "(serve it as router.json in the models directory, or point TESSERA_ROUTER_PATH at it).",
     )
+    r.add_argument(
+        "--confirm",
+        action="store_true",
+        help="Then serve the chosen policy with the router just written (--router-out) on the embedded server and "
+        "ask each test item through `auto` once, to confirm the offline figures live.",
+    )
     r.add_argument("--concurrency", type=int, default=2, help="Items in flight at once (default 2).")
     r.add_argument("--max-tokens", type=int, help="Answer length (default 48; smoke 16).")
     r.add_argument("--budget-s", type=float, help="Stop asking after this many seconds (default 4 h; smoke 600).")
@@ -67,6 +75,11 @@ def run_routing(
     """Runs `tessera eval routing`; returns the report (also written with --json)."""
     if not 0 < args.cost_ratio <= 1:
         raise SystemExit(f"eval routing failed: --cost-ratio must lie in (0, 1], got {args.cost_ratio}")
+    if args.confirm and (args.base_url or not args.router_out):
+        raise SystemExit(
+            "eval routing failed: --confirm serves the router it writes on a server of its own: give --router-out, "
+            "and no --base-url"
+        )
     sizes: dict[str, int | None] = {
         s: getattr(args, s) if getattr(args, s) is not None else (SMOKE_SIZES[s] if args.smoke else None)
         for s in ("train", "dev", "test")
@@ -98,9 +111,50 @@ def run_routing(
     if args.router_out:
         save_router(PromptRouter.from_json(found["router"]), args.router_out)
         progress(f"router written to {args.router_out} (threshold {found['router']['threshold']:.3f})")
+    if args.confirm:
+        found["live"] = _confirm(args, launch, suite, found, costs, sizes, run)
+        if args.json:
+            args.json.write_text(json.dumps(found, indent=2) + "\n")
     for line in table_lines(found):
         progress(line)
     return found
+
+
+def _confirm(
+    args: argparse.Namespace,
+    launch: Launcher,
+    suite: RoutingSuite[Any],
+    found: dict[str, Any],
+    costs: Costs,
+    sizes: dict[str, int | None],
+    run: dict[str, Any],
+) -> dict[str, Any]:
+    """The chosen policy served with the router just written, every test item through `auto` once."""
+    progress = run["progress"]
+    served = served_policy(found["chosen"])
+    if served is None:
+        progress(f"not confirmed live: '{found['chosen']}' has no served policy")
+        return {"served_policy": None}
+    models = [found["models"]["weak"], found["models"]["strong"]]
+    progress(f"confirming live: routing policy '{served}' with {args.router_out}")
+    env = {"TESSERA_ROUTER_PATH": str(Path(args.router_out).resolve())}
+    with launch(models, progress, guardrail="score", evidence="label_head", routing_policy=served, env=env) as server:
+        live = confirm(
+            _client(server.base + "/v1", server.key),
+            suite.media,
+            suite.items("test", sizes.get("test")),
+            found,
+            costs,
+            max_tokens=run["max_tokens"],
+            deadline=time.monotonic() + run["budget_s"],
+            progress=progress,
+            concurrency=run["concurrency"],
+        )
+    progress(
+        f"live: accuracy {live.get('accuracy')} (offline {live.get('offline', {}).get('accuracy')}), cost "
+        f"{live.get('cost')}, decided as offline on {live.get('decided_as_offline')} of the items"
+    )
+    return {"served_policy": served, **live}
 
 
 def table_lines(found: dict[str, Any]) -> list[str]:

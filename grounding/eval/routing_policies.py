@@ -11,9 +11,9 @@ An escalated cascade item costs both, plus its gate: the label head rides on the
 engine call), the judge asks the strong pool one short question per claim (`judge_call` each).
 
 Fitting (grounding.eval.routing_report): thresholds are fitted on train, chosen on dev, and only then applied to
-test; nothing is fitted on test. The figures follow RouteLLM: PGR (the share of the weak-to-strong accuracy gap a policy recovers), APGR (PGR
-averaged over the share of strong calls, 0 to 100%), CPT(x) (the least share of strong calls that recovers x of
-the gap).
+test; nothing is fitted on test. The figures follow RouteLLM: PGR (the share of the weak-to-strong accuracy gap a
+policy recovers), APGR (PGR averaged over the share of strong calls, 0 to 100%), CPT(x) (the least share of
+strong calls that recovers x of the gap).
 """
 
 from __future__ import annotations

@@ -180,6 +180,15 @@ def report(
         "costs": {"weak": costs.weak, "strong": 1.0, "judge_call": costs.judge_call},
         "items": {"train": len(train), "dev": len(dev), "test": len(test)},
         "chosen": chosen,
+        # what the chosen policy did with each test item, and what its gate cost there: the live confirmation
+        # (grounding.eval.routing_live) compares the served policy with these, item by item
+        "chosen_on_test": {
+            p.id: {
+                "decision": decide(p),
+                "gate_cost": round(costs.judge_call * p.judge_calls if evidence in ("judge", "both") else 0.0, 4),
+            }
+            for p in test
+        },
         "policies": table,
         "curves": curves,
         "gap_to_strong": {"mean": round(gap[0], 4), "ci95": [round(gap[1], 4), round(gap[2], 4)]},
