@@ -11,10 +11,10 @@ a calibration split only: never on a held-out set.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from grounding.eval.metrics import EVIDENCE, ItemResult, evidence_flags, flag_figures
+from grounding.eval.parallel import ask_in_order
 from grounding.models import JudgeThresholds
 
 JUDGE_THRESHOLDS = tuple(round(0.05 * k, 2) for k in range(1, 20))  # the judge's thresholds tried, for each form
@@ -43,20 +43,19 @@ def run_forced(
         (item, ("wrong", wrong_answer(item))) for item in items
     ]
 
-    def one(job: tuple[Any, tuple[str, str]]) -> ItemResult | None:
-        return None if expired() else ask(*job)
+    def each(number: int, result: ItemResult, done: list[ItemResult]) -> None:
+        if number % 20 == 0 or number == len(jobs):
+            flagged = sum(bool(r.flagged) for r in done if r.forced == "wrong")
+            progress(f"  forced answers [{number}/{len(jobs)}], wrong ones flagged so far: {flagged}")
 
-    results: list[ItemResult] = []
-    with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-        for number, result in enumerate(pool.map(one, jobs), 1):
-            if result is None:
-                progress(f"  forced answers: time budget spent after {len(results)} of {len(jobs)}")
-                break
-            results.append(result)
-            if number % 20 == 0 or number == len(jobs):
-                flagged = sum(bool(r.flagged) for r in results if r.forced == "wrong")
-                progress(f"  forced answers [{number}/{len(jobs)}], wrong ones flagged so far: {flagged}")
-    return results
+    return ask_in_order(
+        jobs,
+        lambda job: ask(*job),
+        expired=expired,
+        concurrency=concurrency,
+        each=each,
+        stopped=lambda done: progress(f"  forced answers: time budget spent after {done} of {len(jobs)}"),
+    )
 
 
 def usable_forced(results: Sequence[ItemResult]) -> list[ItemResult]:

@@ -22,6 +22,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from grounding.eval.forced import calibrate_judge, forced_figures, forced_items, run_forced, usable_forced
 from grounding.eval.metrics import GATE, ItemResult, gate, summarise
+from grounding.eval.parallel import ask_in_order
 from grounding.eval.report import render_html
 from grounding.eval.verdicts import guardrail_details, guardrail_flag, verdict_evidence
 
@@ -203,24 +204,21 @@ def run_items(
 ) -> list[ItemResult]:
     """Every item, `concurrency` at a time, until the list or the time (a `time.monotonic()` deadline) runs out;
     results come back in the items' order."""
-    from concurrent.futures import ThreadPoolExecutor
 
-    def one(item: EvalItem) -> ItemResult | None:
-        return None if time.monotonic() > deadline else ask(client, suite, model, item, max_tokens)
+    def each(number: int, result: ItemResult, done: list[ItemResult]) -> None:
+        mark = "ok " if result.correct else ("ERR" if result.error else "-- ")
+        right = sum(r.correct for r in done)
+        said = result.answer[:60]
+        progress(f"  {model} [{number}/{len(items)}] {mark} {result.id} {result.kind}: {said!r} ({right} right)")
 
-    results: list[ItemResult] = []
-    right = 0
-    with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-        for number, (item, result) in enumerate(zip(items, pool.map(one, items), strict=True), 1):
-            if result is None:
-                progress(f"  {model}: time budget spent after {len(results)} of {len(items)} items")
-                break
-            results.append(result)
-            right += result.correct
-            mark = "ok " if result.correct else ("ERR" if result.error else "-- ")
-            answer = result.answer[:60]
-            progress(f"  {model} [{number}/{len(items)}] {mark} {item.id} {item.kind}: {answer!r} ({right} right)")
-    return results
+    return ask_in_order(
+        items,
+        lambda item: ask(client, suite, model, item, max_tokens),
+        expired=lambda: time.monotonic() > deadline,
+        concurrency=concurrency,
+        each=each,
+        stopped=lambda done: progress(f"  {model}: time budget spent after {done} of {len(items)} items"),
+    )
 
 
 def _client(base_url: str, api_key: str) -> Any:

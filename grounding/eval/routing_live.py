@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from grounding.eval.harness import EvalSuite, Progress, _result, request_messages
+from grounding.eval.parallel import ask_in_order
 from grounding.eval.routing_policies import STRONG, WEAK, Costs
 from serving.routing import CASCADE_FIRST
 
@@ -94,19 +94,18 @@ def confirm(
     offline: dict[str, dict[str, Any]] = found["chosen_on_test"]
     items = [i for i in items if i.id in offline]
 
-    def one(item: Any) -> LiveAnswer | None:
-        return None if time.monotonic() > deadline else ask_auto(client, suite, item, max_tokens)
+    def each(number: int, answer: LiveAnswer, done: list[LiveAnswer]) -> None:
+        if number % 25 == 0 or number == len(items):
+            progress(f"  live [{number}/{len(items)}] {sum(a.correct for a in done)} right")
 
-    answers: list[LiveAnswer] = []
-    with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-        for number, answer in enumerate(pool.map(one, items), 1):
-            if answer is None:
-                progress(f"  live: time budget spent after {len(answers)} of {len(items)} items")
-                break
-            answers.append(answer)
-            if number % 25 == 0 or number == len(items):
-                right = sum(a.correct for a in answers)
-                progress(f"  live [{number}/{len(items)}] {right} right")
+    answers = ask_in_order(
+        items,
+        lambda item: ask_auto(client, suite, item, max_tokens),
+        expired=lambda: time.monotonic() > deadline,
+        concurrency=concurrency,
+        each=each,
+        stopped=lambda done: progress(f"  live: time budget spent after {done} of {len(items)} items"),
+    )
     return live_figures(answers, offline, found["policies"][found["chosen"]]["overall"], costs, weak)
 
 
