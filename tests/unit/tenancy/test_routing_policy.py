@@ -28,7 +28,8 @@ def test_the_policy_defaults_to_the_heuristic_and_reaches_the_callers_identity(d
 def test_an_unknown_policy_is_refused_and_changes_nothing(db):
     d = Directory(db, "s")
     tenant = d.create_tenant("routed")
-    with pytest.raises(InvalidRequest, match="routing_policy must be one of heuristic, cascade, router, weakest, strongest"):
+    expected = "routing_policy must be one of heuristic, cascade, router, weakest, strongest"
+    with pytest.raises(InvalidRequest, match=expected):
         d.set_quota(tenant.id, routing_policy="cheapest")
     quota = d.quota(tenant.id)
     assert quota is not None
