@@ -112,8 +112,8 @@ def route(req: RouteRequest, pools: Sequence[PoolView], policy: RoutingPolicy | 
             return _by_router(fitted, req, able, wants_strong, f"cascade: {how} placed by the router,", policy)
     ranked = list(reversed(able)) if wants_strong else able
     reason = "complex" if wants_strong else "simple"
-    if req.policy == "router":  # no router loaded (or one able pool, where it has nothing to choose)
-        reason = f"router: none loaded, {reason} by the heuristic" if fitted is None else reason
+    if req.policy == "router" and fitted is None:  # with one able pool a loaded router has nothing to choose
+        reason = f"router: none loaded, {reason} by the heuristic"
     if req.policy == "cascade":
         reason = f"cascade: {reason} {'stream' if req.streamed else 'text'}, placed by the heuristic"
     return _with_headroom(ranked, reason, policy)

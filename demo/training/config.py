@@ -8,6 +8,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from demo.training.curriculum import mix_turns
+
 TRAIN_SEED = 1
 
 # Each stage's place here seeds its random draws (`trainer._rng`), so it never changes; a new stage goes at the end.
@@ -136,7 +138,7 @@ class TrainConfig:
             joint_distil=2,
             more_text=True,
             # the first run read images worst (45% against 100% for audio): image turns lead, 4:2:2
-            joint_mix=("image", "audio", "image+audio", "image", "image", "audio", "image+audio", "image"),
+            joint_mix=mix_turns({"image": 4, "audio": 2, "image+audio": 2}),
             lr=3e-4,
             text_full=True,
             joint_merger=False,
