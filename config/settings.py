@@ -273,6 +273,14 @@ class Settings(BaseSettings):
         "(Whisper spells them as written here). Unset: the hint file beside the strongest audio pool's checkpoint "
         "(grounding/transcript_hint.txt), if it has one; empty: no hint.",
     )
+    grounding_verdict_wait_s: float = Field(
+        default=20.0,
+        gt=0.0,
+        le=600.0,
+        description="How long a response under the `flag` or `block` guardrail (and a cascade's first attempt) waits "
+        "for its grounding verdict before it is answered without one; the score is still stored when it comes. A "
+        "judge's questions queue behind other work on the judge pool, so a busy pool may need longer.",
+    )
     grounding_judge: str | None = Field(
         default=None,
         description="The pool a tenant's `judge` grounding evidence asks its yes/no questions (grounding.judge). "

@@ -46,9 +46,17 @@ VERDICT_TTL_S = 120.0
 
 class GroundingService:
     def __init__(
-        self, db: Engine, scorer: GroundingScorer, tasks: BackgroundTasks, *, registry: Any, max_pending: int = 16
+        self,
+        db: Engine,
+        scorer: GroundingScorer,
+        tasks: BackgroundTasks,
+        *,
+        registry: Any,
+        max_pending: int = 16,
+        verdict_wait_s: float = 20.0,
     ) -> None:
         self._db = db
+        self.verdict_wait_s = verdict_wait_s
         self._tasks = tasks
         self._scorer = scorer
         self._max_pending = max_pending
@@ -90,6 +98,7 @@ class GroundingService:
         registry: Any,
         transcript_hint: str | None = None,
         checkpoints: Sequence[Path] = (),
+        verdict_wait_s: float = 20.0,
     ) -> GroundingService | None:
         """The service, or None (with a warning) when the scorer's model files are not installed. The first of
         `checkpoints` (strongest first) whose audio tower was trained to speak words lends its reading of every
@@ -105,7 +114,7 @@ class GroundingService:
         except FileNotFoundError as exc:
             logger.warning("grounding scores are off: %s", exc)
             return None
-        return cls(db, scorer, tasks, registry=registry)
+        return cls(db, scorer, tasks, registry=registry, verdict_wait_s=verdict_wait_s)
 
     def __call__(self, record: CompletionRecord) -> None:
         """Score a completed request with evidence to check (audio, or images a tower detected shapes in), as
@@ -157,9 +166,11 @@ class GroundingService:
     def _transcripts_of(self, clip: np.ndarray) -> Heard:
         return self._scorer.hypotheses(clip) if sound_label(clip) == "speech" else Heard()
 
-    async def verdict(self, request_id: str, timeout_s: float = 20.0) -> Verdict | None:
+    async def verdict(self, request_id: str, timeout_s: float | None = None) -> Verdict | None:
         """The request's verdict once it is scored; None without evidence, when scoring failed, or after
-        `timeout_s` (the score is still stored when it comes)."""
+        `timeout_s` (default: the service's `verdict_wait_s`; the score is still stored when it comes)."""
+        if timeout_s is None:
+            timeout_s = self.verdict_wait_s
         future = self._future(request_id)
         try:
             return await asyncio.wait_for(asyncio.shield(future), timeout_s)
@@ -173,8 +184,10 @@ class GroundingService:
         future = self._verdicts.get(request_id)
         if future is None:
             future = self._verdicts[request_id] = asyncio.get_running_loop().create_future()
-            # Nobody may come for it (the client left): forget it after a while either way.
-            asyncio.get_running_loop().call_later(VERDICT_TTL_S, self._verdicts.pop, request_id, None)
+            # Nobody may come for it (the client left): forget it after a while either way, but never before a
+            # response could still be waiting for it.
+            ttl = max(VERDICT_TTL_S, 2 * self.verdict_wait_s)
+            asyncio.get_running_loop().call_later(ttl, self._verdicts.pop, request_id, None)
         return future
 
     def _resolve(self, request_id: str, verdict: Verdict | None) -> None:

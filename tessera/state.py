@@ -177,6 +177,7 @@ def _grounding(
         registry=metrics.registry,
         transcript_hint=settings.grounding_transcript_hint,
         checkpoints=[p.audio.checkpoint for p in sorted(pools.pools, key=lambda p: -p.strength) if p.audio],
+        verdict_wait_s=settings.grounding_verdict_wait_s,
     )
     if grounding is not None:
         bus.subscribe(grounding)

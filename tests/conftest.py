@@ -141,6 +141,9 @@ def server(tmp_path_factory: pytest.TempPathFactory, fake_stripe) -> Iterator[Li
         "TESSERA_POOLS": json.dumps(pools),
         "TESSERA_MAX_TRANSCRIPTION_SECONDS": str(MAX_TRANSCRIPTION_SECONDS),
         "TESSERA_ROUTER_PATH": str(router),
+        # The judge's questions queue behind whatever else the suite has on `large`: a verdict must not depend on
+        # that pool being idle (test_judge).
+        "TESSERA_GROUNDING_VERDICT_WAIT_S": "120",
     }
     yield from run_server(env, data / "server.log")
 
