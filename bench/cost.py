@@ -10,7 +10,8 @@ A request's cost is its **engine seconds**: the time the engine spent prefilling
 either pool's capacity few requests overlap, so the sum is close to the time the engine was busy. Beside it the
 report gives the replica's CPU seconds per request (the process tree's, over the run) as a second reading. The
 ratio of `small`'s engine seconds to `large`'s is `r`, per repeat and as the median with its spread: the routing
-policies' cost model takes c_L = 1 and c_S = r.
+policies' cost model takes c_L = 1 and c_S = r. Last, the same `large` replica prices one grounding-judge question
+in that unit (`judge_call`, bench/judge_cost.py), which the routing eval charges a judge-gated cascade per question.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 from bench.common import BenchFailure, Progress, check_report, metric, spread, stamp, write_report
 from bench.fleet_phase import open_loop, warm_up
 from bench.fleet_workload import FleetSizes, workload
+from bench.judge_cost import QUESTIONS, judge_call_ratio, measure_judge_questions
 from bench.load import WORKLOADS, _Bare
 from bench.replicas import Replica
 from bench.server import free_port
@@ -41,10 +43,11 @@ class CostRun:
     max_tokens: int = 16  # `bench load`'s
     repeats: int = 3
     seed: int = 2026
+    judge_answers: int = 8  # image answers whose judge questions are timed, each case
 
 
 FULL = CostRun()
-SMOKE = CostRun(requests=4, rate=1.0, max_tokens=4, repeats=1)
+SMOKE = CostRun(requests=4, rate=1.0, max_tokens=4, repeats=1, judge_answers=1)
 
 
 def _sizes(run: CostRun, pool: str, seed: int) -> FleetSizes:
@@ -163,16 +166,23 @@ def run_cost_bench(
             cpu_ratio = pools["small"]["cpu_s_per_request"] / max(pools["large"]["cpu_s_per_request"], 1e-9)
             report["repeats"].append({"seed": seed, "pools": pools, "r": round(ratio, 4), "r_cpu": round(cpu_ratio, 4)})
             write_report(out, report)
+        progress(f"judge questions on large: {run.judge_answers} answers of {len(QUESTIONS)} questions, cold and warm")
+        judge = measure_judge_questions(replicas["large"], _sizes(run, "large", run.seed), run.judge_answers, progress)
     repeats_done = report["repeats"]
     report["engine_s_per_request"] = {
         pool: spread([r["pools"][pool]["engine_s_per_request"] for r in repeats_done], "per_repeat") for pool in POOLS
     }
     report["r"] = spread([r["r"] for r in repeats_done], "per_repeat")
     report["r_cpu"] = spread([r["r_cpu"] for r in repeats_done], "per_repeat")
+    report["judge_questions"] = judge
+    report["judge_call"] = judge_call_ratio(judge, report["engine_s_per_request"]["large"]["median"])
     report["bench_s"] = round(time.perf_counter() - started, 1)
     r = report["r"]
     progress(f"  r = small / large engine seconds per request: {r['median']:g} ({r['min']:g}-{r['max']:g})")
-    check_report(report, positive=["r.median", *(f"engine_s_per_request.{p}.median" for p in POOLS)])
+    calls = report["judge_call"]
+    progress(f"  judge_call = one judge question / one large request: cold {calls['cold']:g}, warm {calls['warm']:g}")
+    medians = [f"engine_s_per_request.{p}.median" for p in POOLS]
+    check_report(report, positive=["r.median", "judge_call.cold", "judge_call.warm", *medians])
     if any(p["errors"] for rep in repeats_done for p in rep["pools"].values()):
         raise BenchFailure("some requests failed; see the report's errors")
     write_report(out, report)
