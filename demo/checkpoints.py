@@ -224,18 +224,22 @@ def spec_of(name: str, *, training: bool = False) -> DemoSpec:
 Progress = Callable[[str], None]
 
 
-# Pools whose trained weights are committed but not served yet: they are built as if no weights were there (their
-# demo spec, untouched) until the pool is named here no more, with the tests that depend on how it answers. Setting
-# TESSERA_DEMO_SERVE_STAGED=1 builds them with their weights, to evaluate them through the server first.
-STAGED: frozenset[str] = frozenset()
+# Trained weights committed but not served yet: `demo/weights/staged/<pool>-grounding.safetensors` (with their
+# manifest). A pool is built with its served weights (`demo/weights/<pool>-grounding.safetensors`, or none) until
+# the staged file is moved there, with the tests that depend on how the pool answers; TESSERA_DEMO_SERVE_STAGED=1
+# builds every pool that has staged weights with them instead, to evaluate them through the server first.
+STAGED_WEIGHTS_DIR = "staged"
 SERVE_STAGED_ENV = "TESSERA_DEMO_SERVE_STAGED"
 
 
 def grounding_weights(name: str) -> Path | None:
-    """The committed trained weights the pool `name` is built with, if any (none for a staged pool)."""
-    if name in STAGED and os.environ.get(SERVE_STAGED_ENV) != "1":
-        return None
-    path = DEMO_WEIGHTS_DIR / f"{name}-grounding.safetensors"
+    """The committed trained weights the pool `name` is built with, if any: its staged weights when
+    TESSERA_DEMO_SERVE_STAGED=1 and it has some, else its served weights."""
+    file = f"{name}-grounding.safetensors"
+    staged = DEMO_WEIGHTS_DIR / STAGED_WEIGHTS_DIR / file
+    if os.environ.get(SERVE_STAGED_ENV) == "1" and staged.is_file():
+        return staged
+    path = DEMO_WEIGHTS_DIR / file
     return path if path.is_file() else None
 
 

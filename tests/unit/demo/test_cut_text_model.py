@@ -162,10 +162,22 @@ def test_the_pool_switches_to_its_trained_spec_only_once_its_weights_are_committ
     assert spec_of("small") == TRAINED_SPECS["small"]
     assert spec_of("large") == DEMO_SPECS["large"]  # no trained spec of its own: its weights change no spec
     # Staged weights are committed but not served: the pool stays as it was unless asked to serve them.
-    monkeypatch.setattr(checkpoints, "STAGED", frozenset({"small"}))
+    (tmp_path / "small-grounding.safetensors").unlink()
+    staged = tmp_path / checkpoints.STAGED_WEIGHTS_DIR / "small-grounding.safetensors"
+    staged.parent.mkdir()
+    staged.write_bytes(b"staged")
     monkeypatch.delenv(checkpoints.SERVE_STAGED_ENV, raising=False)
     assert checkpoints.grounding_weights("small") is None
     assert spec_of("small") == DEMO_SPECS["small"]
     assert spec_of("small", training=True) == TRAINED_SPECS["small"]
     monkeypatch.setenv(checkpoints.SERVE_STAGED_ENV, "1")
+    assert checkpoints.grounding_weights("small") == staged
     assert spec_of("small") == TRAINED_SPECS["small"]
+    # A pool with served weights and staged ones: the served unless asked, the staged when asked.
+    served = tmp_path / "large-grounding.safetensors"
+    served.write_bytes(b"served")
+    assert checkpoints.grounding_weights("large") == served
+    (staged.parent / "large-grounding.safetensors").write_bytes(b"staged")
+    assert checkpoints.grounding_weights("large") == staged.parent / "large-grounding.safetensors"
+    monkeypatch.delenv(checkpoints.SERVE_STAGED_ENV)
+    assert checkpoints.grounding_weights("large") == served
