@@ -113,4 +113,3 @@ def judge_call_ratio(judge: dict[str, dict[str, float | int]], large_engine_s: f
     if large_engine_s <= 0:
         raise BenchFailure("no engine seconds for large's requests to price the judge's questions against")
     return {case: round(float(f["engine_s_per_question"]) / large_engine_s, 4) for case, f in judge.items()}
-

@@ -33,7 +33,7 @@ import hashlib
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -190,15 +190,8 @@ class Judge:
         if not media or model is None or not record.messages:
             return None
         judge_pool = next(p for p in self._service.pipeline.pools.pools if p.name == model)
-        taken, thresholds = set(judge_pool.modalities), self.thresholds_for(judge_pool)
-        claims = checkable_claims(record.answer)
-        whole = not claims
-        claims = (claims or [whole_answer(record.answer)])[: self._max_questions]
-        asks: list[tuple[int, Medium, str, OpenQuestion | None]] = []
-        for i, claim in enumerate(claims):
-            for m in claim.media():
-                if m in media and m in taken:
-                    asks += [(i, m, q, o) for q, o in questions_for(claim, m, whole)]
+        thresholds = self.thresholds_for(judge_pool)
+        claims, asks = planned_questions(record.answer, media & set(judge_pool.modalities), self._max_questions)
         if not asks:
             return []
         policy_of = await self._callers(record.caller)  # the key's principal, read once per answer
@@ -258,6 +251,26 @@ class Judge:
         p = yes_probability(tokens[0]) if asked is None else value_support(tokens, asked)
         logger.debug("judge %s: %r -> %s in %.2fs", request_id, question, p, time.monotonic() - started)
         return p
+
+
+Asked = tuple[int, Medium, str, OpenQuestion | None]  # claim index, medium, question, the open question's slot
+
+
+def planned_questions(
+    answer: str, media: Iterable[str], max_questions: int = MAX_QUESTIONS
+) -> tuple[list[CheckableClaim], list[Asked]]:
+    """The claims the judge checks in `answer` (its first `max_questions` checkable claims, or the whole answer when
+    it has none) and every question it asks about them, one engine call each: each claim in each of its media that
+    the request carried and the judge pool takes (`media`). What the judge costs an answer is `len` of the second."""
+    claims = checkable_claims(answer)
+    whole = not claims
+    claims = (claims or [whole_answer(answer)])[:max_questions]
+    asks: list[Asked] = []
+    for i, claim in enumerate(claims):
+        for m in claim.media():
+            if m in media:
+                asks += [(i, m, q, o) for q, o in questions_for(claim, m, whole)]
+    return claims, asks
 
 
 def questions_for(claim: CheckableClaim, medium: Medium, whole: bool) -> list[tuple[str, OpenQuestion | None]]:

@@ -21,6 +21,7 @@ from grounding.eval.harness import EvalSuite, Item, Progress, run_items
 from grounding.eval.metrics import EvalFailure, ItemResult
 from grounding.eval.routing_policies import Costs, Pair
 from grounding.eval.routing_report import report
+from grounding.judge import planned_questions
 
 SPLITS = ("train", "dev", "test")
 
@@ -99,8 +100,13 @@ def collect(
 
 
 def judge_calls(result: ItemResult) -> int:
-    """The judge's questions behind a verdict: one per claim it checked."""
-    return sum(1 for c in result.checked or () if c.get("evidence") == "judge")
+    """The judge's questions about an answer, one engine call each on the judge pool: every question it asks of
+    every claim in every medium of the item (the judge pool takes them all here), as `grounding.judge` plans them.
+    Under `both` evidence the label head decides the claims it reads, but the judge was asked about them too."""
+    media = set(result.mix.split("+")) - {"text"}
+    if not media or result.error is not None:
+        return 0
+    return len(planned_questions(result.answer, media)[1])
 
 
 def pairs_of(

@@ -19,9 +19,10 @@ from grounding.eval.routing_policies import Costs
 from serving.prompt_router import PromptRouter, save_router
 
 # What `tessera bench cost` measured (docs/measurements.md): a request to the five-layer `small` costs 0.276 of one
-# to `large` in engine seconds. A judge question is not measured apart yet: it is priced at a tenth of a request.
+# to `large` in engine seconds, and one judge question on `large` about an answer `large` did not give (a cascade's
+# gate: the whole prompt prefilled for its first question) 0.394 of one.
 DEFAULT_COST_RATIO = 0.276
-DEFAULT_JUDGE_CALL = 0.1
+DEFAULT_JUDGE_CALL = 0.394
 SMOKE_SIZES = {"train": 2, "dev": 1, "test": 1}
 DEFAULT_CACHE = Path("artifacts/routing/answers.jsonl")
 

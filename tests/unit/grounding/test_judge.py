@@ -10,13 +10,17 @@ import pytest
 
 from demo.grounded_weights import write_judge_calibration
 from grounding.checkable import CheckableClaim
+from grounding.eval.metrics import ItemResult
+from grounding.eval.routing import judge_calls
 from grounding.guardrail import Verdict
 from grounding.judge import (
+    MAX_QUESTIONS,
     Judge,
     JudgedClaim,
     _best_medium,
     judge_messages,
     judge_request_id,
+    planned_questions,
     question_for,
     yes_probability,
 )
@@ -215,3 +219,33 @@ def test_build_writes_the_manifests_judge_calibration_beside_the_checkpoint(tmp_
     manifest.write_text(json.dumps({"config": {}}))
     write_judge_calibration(weights, tmp_path / "other" / JUDGE_FILE)
     assert checkpoint_judge_thresholds(tmp_path / "other") is None
+
+
+def test_the_planned_questions_are_every_question_of_every_claim_in_each_medium_carried():
+    described = "The image shows a large red circle in the centre, on a light background."
+    claims, asks = planned_questions(described, {"image"})
+    assert [c.text for c in claims] == ["a large red circle in the centre", "a light background"]
+    # the circle: is it there, its colour and its place (open); the background: is it there
+    assert [(i, m) for i, m, _, _ in asks] == [(0, "image"), (0, "image"), (0, "image"), (1, "image")]
+    assert sum(o is not None for *_, o in asks) == 2
+    assert planned_questions("The image shows a large red circle in the centre.", set())[1] == []  # no medium
+    _, whole = planned_questions("Yes.", {"image"})  # nothing checkable: the whole answer, once
+    assert len(whole) == 1
+    assert whole[0][3] is None
+    many = ", ".join(f"a small red circle number {n}" for n in range(20))
+    capped, _ = planned_questions(f"The image shows {many}.", {"image"})
+    assert len(capped) <= MAX_QUESTIONS
+
+
+def test_the_routing_eval_prices_every_question_the_judge_asked_not_only_those_it_decided():
+    fields: dict[str, Any] = {
+        "id": "x", "model": "small", "target": "image", "kind": "describe", "question": "q", "reference": "r",
+        "answer": "The image shows a large red circle in the centre, on a light background.", "correct": True,
+        "problems": [], "objects": [], "hallucinated": [], "yes_no": None, "expected": None, "flagged": False,
+        "latency_s": 0.1,
+    }  # fmt: skip
+    # under `both` the label head decided every claim it read; the judge was asked about each all the same
+    decided = [{"claim": "a large red circle in the centre", "evidence": "label_head", "supported": True}]
+    assert judge_calls(ItemResult(mix="image", checked=decided, **fields)) == 4
+    assert judge_calls(ItemResult(mix="text", **fields)) == 0
+    assert judge_calls(ItemResult(mix="image", error="timeout", **fields)) == 0
