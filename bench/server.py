@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 
 from bench.common import BenchFailure, Progress
+from demo.checkpoints import SERVE_STAGED_ENV
 
 KEY = "sk-bench"
 ADMIN_KEY = "sk-bench-admin"
@@ -81,8 +82,10 @@ def widen_limits(
 
 
 def _server_env(port: int, data: str, models_dir: Path, pools: list[dict[str, Any]], extra: dict[str, str]) -> dict:
-    # Inherited TESSERA_* settings would make runs incomparable; a bench states all of its own.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TESSERA_")}
+    # Inherited TESSERA_* settings would make runs incomparable; a bench states all of its own. The one kept says
+    # which committed weights the demo pools are built with: the caller built them so, and a server started without
+    # it would rebuild them with the served weights before it answered.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TESSERA_") or k == SERVE_STAGED_ENV}
     env.update(
         {
             "TESSERA_API_KEY": KEY,

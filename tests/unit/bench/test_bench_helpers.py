@@ -72,3 +72,17 @@ def test_each_bench_needs_json_and_takes_smoke(kind):
     assert (args.bench_command, str(args.json), args.smoke) == (kind, "out.json", True)
     with pytest.raises(SystemExit):
         parser.parse_args(["bench", kind])
+
+
+def test_a_bench_server_states_its_own_settings_but_keeps_the_staged_weights_switch(monkeypatch, tmp_path):
+    from bench.server import _server_env
+    from demo.checkpoints import SERVE_STAGED_ENV
+
+    monkeypatch.setenv("TESSERA_ROUTING_POLICY", "strongest")
+    monkeypatch.setenv(SERVE_STAGED_ENV, "1")
+    env = _server_env(8123, str(tmp_path), tmp_path, [{"name": "large"}], {"TESSERA_GROUNDING": "false"})
+    assert "TESSERA_ROUTING_POLICY" not in env  # inherited settings would make runs incomparable
+    assert env[SERVE_STAGED_ENV] == "1"  # the pools were built with staged weights: the server must not rebuild them
+    assert (env["TESSERA_PORT"], env["TESSERA_GROUNDING"]) == ("8123", "false")
+    monkeypatch.delenv(SERVE_STAGED_ENV)
+    assert SERVE_STAGED_ENV not in _server_env(8123, str(tmp_path), tmp_path, [{"name": "large"}], {})
