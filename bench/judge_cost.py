@@ -31,7 +31,7 @@ from bench.replicas import Replica
 from grounding.open_questions import ANSWER_TOKENS
 
 # A typical answer's questions: what the judge asks of a described shape (yes/no), then of its count and colour
-# (open). Three is the median number of checkable claims in the demo's image answers' first questions.
+# (open). The judge asks about three of a media answer on average (2.8-3.0 on `large`'s held-out answers).
 QUESTIONS: tuple[tuple[str, bool], ...] = (
     ("Is there a red circle in the image? Answer yes or no.", False),
     ("How many shapes are there in the image?", True),

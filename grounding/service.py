@@ -42,6 +42,7 @@ from serving.record import CompletionRecord
 
 logger = logging.getLogger(__name__)
 VERDICT_TTL_S = 120.0
+VERDICT_WAIT_S = 20.0  # the default of `grounding_verdict_wait_s`
 
 
 class GroundingService:
@@ -53,7 +54,7 @@ class GroundingService:
         *,
         registry: Any,
         max_pending: int = 16,
-        verdict_wait_s: float = 20.0,
+        verdict_wait_s: float = VERDICT_WAIT_S,
     ) -> None:
         self._db = db
         self.verdict_wait_s = verdict_wait_s
@@ -98,7 +99,7 @@ class GroundingService:
         registry: Any,
         transcript_hint: str | None = None,
         checkpoints: Sequence[Path] = (),
-        verdict_wait_s: float = 20.0,
+        verdict_wait_s: float = VERDICT_WAIT_S,
     ) -> GroundingService | None:
         """The service, or None (with a warning) when the scorer's model files are not installed. The first of
         `checkpoints` (strongest first) whose audio tower was trained to speak words lends its reading of every
@@ -166,11 +167,10 @@ class GroundingService:
     def _transcripts_of(self, clip: np.ndarray) -> Heard:
         return self._scorer.hypotheses(clip) if sound_label(clip) == "speech" else Heard()
 
-    async def verdict(self, request_id: str, timeout_s: float | None = None) -> Verdict | None:
+    async def verdict(self, request_id: str) -> Verdict | None:
         """The request's verdict once it is scored; None without evidence, when scoring failed, or after
-        `timeout_s` (default: the service's `verdict_wait_s`; the score is still stored when it comes)."""
-        if timeout_s is None:
-            timeout_s = self.verdict_wait_s
+        `verdict_wait_s` (the score is still stored when it comes)."""
+        timeout_s = self.verdict_wait_s
         future = self._future(request_id)
         try:
             return await asyncio.wait_for(asyncio.shield(future), timeout_s)
